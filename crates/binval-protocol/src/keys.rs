@@ -1,0 +1,266 @@
+//! Key layout shared by writer and reader.
+//!
+//! * A **logical key** `K` is rendered from a template such as `item:detail:{id}`, where each
+//!   `{column}` is replaced by that column's value in the row. `{{` and `}}` stand for literal
+//!   braces.
+//! * Its **suffix replicas** are `K:r0 .. K:r{N-1}`; each holds the same payload. Readers pick one
+//!   at random so a hot key's load spreads over several hash slots and so over several masters.
+//! * Its **version token** is `K:ver`, an integer bumped after every replica holds a change.
+//!
+//! Redis Cluster places a key in hash slot `CRC16(key) mod 16384`, but when the key contains a
+//! `{hash tag}` (the text between the first `{` and the next `}`, if non-empty) only the tag is
+//! hashed (Redis Cluster specification, "Hash tags"). A literal hash tag in a template would put
+//! every replica of a key into one slot and defeat the replicas, so [`KeyTemplate::parse`]
+//! reports it and the service refuses such a template when N > 1.
+
+use std::fmt::Write as _;
+
+/// Separator between a logical key and its replica suffix: `K:r0`.
+pub const REPLICA_SEPARATOR: &str = ":r";
+
+/// Number of hash slots in a Redis Cluster (Redis Cluster specification).
+pub const HASH_SLOTS: u16 = 16384;
+
+/// Name of replica `index` of logical key `key`: `key:r{index}`.
+///
+/// ```
+/// assert_eq!(binval_protocol::replica_key("item:detail:7", 3), "item:detail:7:r3");
+/// ```
+pub fn replica_key(key: &str, index: u32) -> String {
+    let mut s = String::with_capacity(key.len() + 5);
+    s.push_str(key);
+    s.push_str(REPLICA_SEPARATOR);
+    let _ = write!(s, "{index}");
+    s
+}
+
+/// Name of the version token of logical key `key`: `key:ver`.
+pub fn version_key(key: &str) -> String {
+    format!("{key}:ver")
+}
+
+/// The hash tag of `key` per the Redis Cluster specification, if it has one: the bytes between
+/// the first `{` and the first `}` after it, when that span is non-empty.
+pub fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let close = key[open + 1..].iter().position(|&b| b == b'}')?;
+    if close == 0 {
+        None
+    } else {
+        Some(&key[open + 1..open + 1 + close])
+    }
+}
+
+/// Redis Cluster hash slot of `key` (0..16384): CRC16-XMODEM of the hash tag, or of the whole
+/// key when it has none.
+///
+/// ```
+/// // Value from the Redis Cluster specification's reference implementation test vector.
+/// assert_eq!(binval_protocol::hash_slot(b"123456789"), 0x31C3 % 16384);
+/// assert_eq!(binval_protocol::hash_slot(b"{user1000}.following"),
+///            binval_protocol::hash_slot(b"user1000"));
+/// ```
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let k = hash_tag(key).unwrap_or(key);
+    crc16_xmodem(k) % HASH_SLOTS
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc
+}
+
+/// Why a key template is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// `{` without a matching `}`, or a stray `}`.
+    #[error("key template `{template}`: unbalanced brace at byte {at}; use {{{{ and }}}} for literal braces")]
+    Unbalanced { template: String, at: usize },
+    /// `{}` with no column name.
+    #[error("key template `{template}`: empty placeholder `{{}}` at byte {at}")]
+    EmptyPlaceholder { template: String, at: usize },
+    /// The template has no `{column}` placeholder, so every row would map to one key.
+    #[error("key template `{template}` has no {{column}} placeholder")]
+    NoPlaceholder { template: String },
+    /// The template's literal text forms a Redis Cluster hash tag.
+    #[error("key template `{template}` contains the hash tag `{{{tag}}}`: all {replicas} replicas of a key would share one hash slot (and one master); remove the literal braces or set replicas = 1")]
+    HashTag { template: String, tag: String, replicas: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Lit(String),
+    Col(String),
+}
+
+/// A parsed logical key template such as `item:detail:{id}` or `feed:{user_id}:{day}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    source: String,
+    parts: Vec<Part>,
+}
+
+impl KeyTemplate {
+    /// Parse `template`. Errors on unbalanced braces, empty placeholders, or no placeholder.
+    /// A literal hash tag is not an error here; see [`KeyTemplate::check_replicas`].
+    pub fn parse(template: &str) -> Result<Self, TemplateError> {
+        let b = template.as_bytes();
+        let mut parts = Vec::new();
+        let mut lit = String::new();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'{' if b.get(i + 1) == Some(&b'{') => {
+                    lit.push('{');
+                    i += 2;
+                }
+                b'}' if b.get(i + 1) == Some(&b'}') => {
+                    lit.push('}');
+                    i += 2;
+                }
+                b'{' => {
+                    let end = template[i + 1..].find(['}', '{']).map(|e| e + i + 1);
+                    match end {
+                        Some(e) if b[e] == b'}' => {
+                            let name = &template[i + 1..e];
+                            if name.trim().is_empty() {
+                                return Err(TemplateError::EmptyPlaceholder { template: template.into(), at: i });
+                            }
+                            if !lit.is_empty() {
+                                parts.push(Part::Lit(std::mem::take(&mut lit)));
+                            }
+                            parts.push(Part::Col(name.trim().to_string()));
+                            i = e + 1;
+                        }
+                        _ => return Err(TemplateError::Unbalanced { template: template.into(), at: i }),
+                    }
+                }
+                b'}' => return Err(TemplateError::Unbalanced { template: template.into(), at: i }),
+                _ => {
+                    let ch = template[i..].chars().next().unwrap();
+                    lit.push(ch);
+                    i += ch.len_utf8();
+                }
+            }
+        }
+        if !lit.is_empty() {
+            parts.push(Part::Lit(lit));
+        }
+        if !parts.iter().any(|p| matches!(p, Part::Col(_))) {
+            return Err(TemplateError::NoPlaceholder { template: template.into() });
+        }
+        Ok(KeyTemplate { source: template.into(), parts })
+    }
+
+    /// Refuse a template whose literal text contains a hash tag when `replicas > 1`.
+    pub fn check_replicas(&self, replicas: u32) -> Result<(), TemplateError> {
+        if replicas <= 1 {
+            return Ok(());
+        }
+        // Only literal text can be checked statically; column values are checked per key.
+        let literal: String = self
+            .parts
+            .iter()
+            .map(|p| match p {
+                Part::Lit(s) => s.as_str(),
+                Part::Col(_) => "\u{0}",
+            })
+            .collect();
+        for seg in literal.split('\u{0}') {
+            if let Some(tag) = hash_tag(seg.as_bytes()) {
+                return Err(TemplateError::HashTag {
+                    template: self.source.clone(),
+                    tag: String::from_utf8_lossy(tag).into_owned(),
+                    replicas,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The template text as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Column names used by the template, in order of appearance (may repeat).
+    pub fn columns(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Col(c) => Some(c.as_str()),
+            Part::Lit(_) => None,
+        })
+    }
+
+    /// Render the logical key. `value_of(column)` returns the column's text, or `None` when the
+    /// column is NULL or absent, in which case no key is rendered (`None`).
+    pub fn render<'a, F>(&self, mut value_of: F) -> Option<String>
+    where
+        F: FnMut(&str) -> Option<std::borrow::Cow<'a, str>>,
+    {
+        let mut out = String::with_capacity(self.source.len() + 16);
+        for p in &self.parts {
+            match p {
+                Part::Lit(s) => out.push_str(s),
+                Part::Col(c) => out.push_str(&value_of(c)?),
+            }
+        }
+        Some(out)
+    }
+}
+
+impl std::fmt::Display for KeyTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    #[test]
+    fn parse_and_render() {
+        let t = KeyTemplate::parse("item:detail:{id}").unwrap();
+        assert_eq!(t.columns().collect::<Vec<_>>(), vec!["id"]);
+        assert_eq!(t.render(|_| Some(Cow::Borrowed("6666"))).unwrap(), "item:detail:6666");
+        assert_eq!(t.render(|_| None), None);
+        let t = KeyTemplate::parse("feed:{user}:{day}").unwrap();
+        let r = t.render(|c| Some(Cow::Owned(format!("<{c}>")))).unwrap();
+        assert_eq!(r, "feed:<user>:<day>");
+    }
+
+    #[test]
+    fn errors() {
+        assert!(matches!(KeyTemplate::parse("a:{id"), Err(TemplateError::Unbalanced { .. })));
+        assert!(matches!(KeyTemplate::parse("a:}"), Err(TemplateError::Unbalanced { .. })));
+        assert!(matches!(KeyTemplate::parse("a:{}"), Err(TemplateError::EmptyPlaceholder { .. })));
+        assert!(matches!(KeyTemplate::parse("a:b"), Err(TemplateError::NoPlaceholder { .. })));
+    }
+
+    #[test]
+    fn hash_tag_refused_with_replicas() {
+        let t = KeyTemplate::parse("{{shop}}:item:{id}").unwrap();
+        assert_eq!(t.render(|_| Some(Cow::Borrowed("1"))).unwrap(), "{shop}:item:1");
+        assert!(matches!(t.check_replicas(8), Err(TemplateError::HashTag { .. })));
+        assert!(t.check_replicas(1).is_ok());
+        assert!(KeyTemplate::parse("item:{id}").unwrap().check_replicas(8).is_ok());
+    }
+
+    #[test]
+    fn slots() {
+        assert_eq!(hash_slot(b"foo"), 12182); // CLUSTER KEYSLOT foo
+        assert_eq!(hash_slot(b"{a}x"), hash_slot(b"a"));
+        assert_eq!(hash_slot(b"{}x"), hash_slot(b"{}x"));
+        // replicas spread over slots
+        let slots: std::collections::HashSet<u16> =
+            (0..8).map(|i| hash_slot(replica_key("item:detail:6666", i).as_bytes())).collect();
+        assert!(slots.len() > 1);
+    }
+}

@@ -1,0 +1,21 @@
+//! What the binval service (the writer) and `binval-consumer` (the reader) must agree on,
+//! kept in one crate so the two sides cannot drift:
+//!
+//! * [`keys`]: the key layout — logical key templates such as `item:detail:{id}`, suffix
+//!   replicas `K:r0..K:r{N-1}`, the version token `K:ver`, and the Redis Cluster hash slot rule
+//!   that makes replicas land on different masters.
+//! * [`event`]: the invalidation event published to Kafka, one per changed key, as JSON
+//!   (schema in `schemas/invalidation-event.schema.json`).
+//! * [`version`]: the evict rule — an event with version `v` evicts a cached entry whose
+//!   version is lower than `v`.
+//!
+//! See `design.md` ("Protocol between the parts") for why writes go replicas-then-version and
+//! reads go version-then-replica.
+
+pub mod event;
+pub mod keys;
+pub mod version;
+
+pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
+pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
+pub use version::{should_evict, Version};

@@ -1,0 +1,183 @@
+//! Checkpoint stage: the binlog position after the last transaction whose Redis writes and
+//! Kafka events were all acknowledged (invariant I3: the checkpoint never runs ahead of the
+//! sinks). A restart resumes there; changes between the checkpoint and a crash are applied
+//! again (at-least-once: version tokens only grow, consumers evict once more).
+//!
+//! Stored in Redis (`binval:checkpoint:<source name>`, default) or in a file replaced
+//! atomically (write to a temporary file, fsync, rename). Saved at most once per
+//! `checkpoint.interval_ms` while transactions flow, and once more on shutdown.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use binval_protocol::SourcePosition;
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CheckpointConfig, CheckpointStore};
+use crate::error::{DefiniteError, Error, TransientError};
+use crate::redis_sink::RedisConn;
+
+/// What is saved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Binlog file of the resume position.
+    pub file: String,
+    /// Byte offset in `file` just after the last acknowledged commit.
+    pub pos: u64,
+    /// MariaDB GTID state seen up to here (`domain-server-seq` per domain, comma-separated), or
+    /// the last MySQL GTID; informational for failover (resume uses file:pos).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<String>,
+    /// When it was saved, Unix ms.
+    pub saved_at_ms: u64,
+}
+
+/// Tracks the GTID state (last GTID per MariaDB domain) of acknowledged transactions.
+#[derive(Debug, Default, Clone)]
+pub struct GtidState {
+    domains: BTreeMap<u32, String>,
+    other: Option<String>,
+}
+
+impl GtidState {
+    /// Record the GTID of an acknowledged transaction.
+    pub fn record(&mut self, gtid: &str) {
+        match gtid.split_once('-').and_then(|(d, _)| d.parse::<u32>().ok()) {
+            Some(domain) if gtid.split('-').count() == 3 => {
+                self.domains.insert(domain, gtid.to_string());
+            }
+            _ => self.other = Some(gtid.to_string()),
+        }
+    }
+
+    /// `0-1-5,1-2-7`, or the last MySQL GTID, or `None`.
+    pub fn render(&self) -> Option<String> {
+        if !self.domains.is_empty() {
+            Some(self.domains.values().cloned().collect::<Vec<_>>().join(","))
+        } else {
+            self.other.clone()
+        }
+    }
+}
+
+/// Where checkpoints are read from and written to.
+pub enum CheckpointStoreImpl {
+    /// In Redis under `key`.
+    Redis { conn: RedisConn, key: String },
+    /// In a file.
+    File { path: PathBuf },
+}
+
+impl CheckpointStoreImpl {
+    /// Build the store for `source_name`.
+    pub fn new(cfg: &CheckpointConfig, source_name: &str, redis: &RedisConn) -> Self {
+        match cfg.store {
+            CheckpointStore::Redis => CheckpointStoreImpl::Redis { conn: redis.clone(), key: format!("binval:checkpoint:{source_name}") },
+            CheckpointStore::File => CheckpointStoreImpl::File { path: cfg.path.clone().expect("validated") },
+        }
+    }
+
+    /// Human-readable location, for logs and errors.
+    pub fn location(&self) -> String {
+        match self {
+            CheckpointStoreImpl::Redis { key, .. } => format!("redis key {key}"),
+            CheckpointStoreImpl::File { path } => format!("file {}", path.display()),
+        }
+    }
+
+    /// Load the saved checkpoint, if any. A present but unreadable one is a definite error
+    /// (binval never guesses a start position).
+    pub async fn load(&mut self) -> Result<Option<Checkpoint>, Error> {
+        let loc = self.location();
+        let text = match self {
+            CheckpointStoreImpl::Redis { conn, key } => {
+                conn.get(key).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
+            }
+            CheckpointStoreImpl::File { path } => match tokio::fs::read_to_string(&*path).await {
+                Ok(t) => Some(t),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(TransientError::Checkpoint(format!("{loc}: {e}")).into()),
+            },
+        };
+        match text {
+            None => Ok(None),
+            Some(t) => serde_json::from_str(&t)
+                .map(Some)
+                .map_err(|e| DefiniteError::BadCheckpoint { location: loc, message: e.to_string() }.into()),
+        }
+    }
+
+    /// Save `cp`.
+    pub async fn save(&mut self, cp: &Checkpoint) -> Result<(), Error> {
+        let loc = self.location();
+        let text = serde_json::to_string(cp).expect("checkpoint serializes");
+        match self {
+            CheckpointStoreImpl::Redis { conn, key } => {
+                conn.set(key, &text).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
+            }
+            CheckpointStoreImpl::File { path } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || write_atomically(&path, text.as_bytes()))
+                    .await
+                    .expect("checkpoint write task")
+                    .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)?;
+        }
+    }
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(if dir.as_os_str().is_empty() { std::path::Path::new(".") } else { dir }) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Build a checkpoint for an acknowledged position.
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState) -> Checkpoint {
+    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gtid_state_keeps_last_per_domain() {
+        let mut g = GtidState::default();
+        g.record("0-1-5");
+        g.record("1-2-3");
+        g.record("0-1-6");
+        assert_eq!(g.render().as_deref(), Some("0-1-6,1-2-3"));
+    }
+
+    #[tokio::test]
+    async fn file_round_trip() {
+        let dir = std::env::temp_dir().join(format!("binval-cp-{}", std::process::id()));
+        let mut s = CheckpointStoreImpl::File { path: dir.join("cp.json") };
+        assert_eq!(s.load().await.unwrap(), None);
+        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1 };
+        s.save(&cp).await.unwrap();
+        assert_eq!(s.load().await.unwrap(), Some(cp));
+        std::fs::write(dir.join("cp.json"), "nonsense").unwrap();
+        let e = s.load().await.unwrap_err().to_string();
+        assert!(e.contains("cp.json") && e.contains("unreadable"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,454 @@
+//! Configuration: one file (TOML or YAML, by extension) plus environment overrides
+//! `BINVAL__<SECTION>__<FIELD>` (e.g. `BINVAL__SOURCE__SERVER_ID=4001`), loaded with the
+//! `config` crate and checked before anything connects. Every error names the field
+//! (`mappings[1].keys[0]`) and says what is wrong. JSON Schema: `schemas/config.schema.json`;
+//! examples: `config/`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use binval_protocol::KeyTemplate;
+use serde::Deserialize;
+
+/// A configuration problem, naming the field and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed, or a field has the wrong type or is missing.
+    #[error("config {path}: {message}")]
+    Load { path: String, message: String },
+    /// A field has a value binval cannot use.
+    #[error("config {path}: field `{field}`: {reason}")]
+    Invalid { path: String, field: String, reason: String },
+}
+
+/// The whole configuration of one `binval run`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The MySQL/MariaDB primary to read the binlog of.
+    pub source: SourceConfig,
+    /// Where the suffix replicas and version tokens go.
+    pub redis: RedisConfig,
+    /// Where invalidation events go.
+    pub kafka: KafkaConfig,
+    /// Where the resume position is kept.
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+    /// Table -> logical key rules. Tables without a rule are skipped before their rows are decoded.
+    #[serde(default)]
+    pub mappings: Vec<MappingConfig>,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// `[source]`: the replica connection.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Name of this source: the checkpoint is stored under it. Default `default`.
+    #[serde(default = "default_source_name")]
+    pub name: String,
+    /// `mysql://user:password@host:port` of a user with REPLICATION SLAVE and REPLICATION CLIENT
+    /// (MariaDB: also BINLOG MONITOR) and SELECT.
+    pub url: String,
+    /// server_id binval announces as a replica; must differ from every server and replica in the
+    /// replication topology (MySQL/MariaDB reject duplicates).
+    pub server_id: u32,
+    /// Heartbeat period requested from the primary, ms. Default 1000. A connection silent for
+    /// three periods is considered dead and reconnected.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// Where to start when no checkpoint exists: `current` (default: the primary's current
+    /// binlog position), `FILE:POS` (e.g. `mysql-bin.000003:4`), or `gtid:GTID_SET` (MariaDB,
+    /// e.g. `gtid:0-1-100`).
+    #[serde(default = "default_start")]
+    pub start: String,
+    /// Longest wait between reconnect attempts, ms (exponential backoff). Default 30000.
+    #[serde(default = "default_reconnect_max_ms")]
+    pub reconnect_max_ms: u64,
+}
+
+/// Redis deployment kind.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One Redis server: each key's replicas and version token are written in one MULTI/EXEC.
+    Standalone,
+    /// Redis Cluster: replicas on different masters, written and acknowledged before the token.
+    Cluster,
+}
+
+/// `[redis]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `standalone` or `cluster`.
+    pub mode: RedisMode,
+    /// `redis://host:port` URLs: one for standalone, one or more seed nodes for a cluster.
+    pub urls: Vec<String>,
+    /// Per-command response timeout, ms. Default 2000.
+    #[serde(default = "default_redis_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+/// `[kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port]` bootstrap servers.
+    pub brokers: String,
+    /// Topic of invalidation events. Default `binval.invalidations`.
+    #[serde(default = "default_topic")]
+    pub topic: String,
+    /// Create the topic at start if it does not exist. Default true.
+    #[serde(default = "default_true")]
+    pub create_topic: bool,
+    /// Partitions of a topic binval creates. Default 3.
+    #[serde(default = "default_partitions")]
+    pub partitions: i32,
+    /// Extra librdkafka producer settings, e.g. `"linger.ms" = "5"`. binval always sets
+    /// `enable.idempotence=true` and `acks=all`.
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Where the checkpoint lives.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckpointStore {
+    /// Key `binval:checkpoint:<source name>` in the configured Redis (default).
+    #[default]
+    Redis,
+    /// A JSON file at `checkpoint.path`, replaced atomically (write + rename).
+    File,
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// `redis` (default) or `file`.
+    #[serde(default)]
+    pub store: CheckpointStore,
+    /// File path for `store = "file"`.
+    pub path: Option<PathBuf>,
+    /// Save at most this often while events flow, ms. Default 1000.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig { store: CheckpointStore::Redis, path: None, interval_ms: default_interval_ms() }
+    }
+}
+
+/// What goes into the replicas.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum MappingMode {
+    /// Replicas hold the payload (default).
+    #[default]
+    WriteThrough,
+    /// Replicas are deleted; readers fill them from elsewhere.
+    Invalidate,
+}
+
+/// Which columns form the payload.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Payload {
+    /// `"row"`: the whole after image.
+    Whole(String),
+    /// A list of column names.
+    Columns(Vec<String>),
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::Whole("row".into())
+    }
+}
+
+/// `[[mappings]]`: one table to one or more logical keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MappingConfig {
+    /// `schema.table`.
+    pub table: String,
+    /// Key templates, e.g. `item:detail:{id}`; each `{column}` is a column of the table.
+    pub keys: Vec<String>,
+    /// Suffix replicas per key (N), 1..=64. Default 1.
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
+    /// `"row"` (default) or a list of columns.
+    #[serde(default)]
+    pub payload: Payload,
+    /// `write-through` (default) or `invalidate`.
+    #[serde(default)]
+    pub mode: MappingMode,
+    /// TTL of replicas, seconds; 0 (default) means no TTL.
+    #[serde(default)]
+    pub ttl_secs: u64,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` (default) or `json`.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// tracing-subscriber filter, default `info`. `RUST_LOG` wins when set.
+    #[serde(default)]
+    pub level: Option<String>,
+}
+
+fn default_source_name() -> String {
+    "default".into()
+}
+fn default_heartbeat_ms() -> u64 {
+    1000
+}
+fn default_start() -> String {
+    "current".into()
+}
+fn default_reconnect_max_ms() -> u64 {
+    30_000
+}
+fn default_redis_timeout_ms() -> u64 {
+    2000
+}
+fn default_topic() -> String {
+    "binval.invalidations".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_partitions() -> i32 {
+    3
+}
+fn default_interval_ms() -> u64 {
+    1000
+}
+fn default_replicas() -> u32 {
+    1
+}
+
+/// Parsed `source.start`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The primary's current binlog position (SHOW MASTER STATUS).
+    Current,
+    /// A binlog position.
+    FilePos { file: String, pos: u64 },
+    /// A MariaDB GTID position (`domain-server-seq[,..]`).
+    Gtid(String),
+}
+
+impl StartPosition {
+    /// Parse `current`, `FILE:POS` or `gtid:SET`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("current") {
+            return Ok(StartPosition::Current);
+        }
+        if let Some(g) = s.strip_prefix("gtid:") {
+            let ok = !g.is_empty()
+                && g.split(',').all(|one| {
+                    let p: Vec<&str> = one.trim().split('-').collect();
+                    p.len() == 3 && p.iter().all(|x| x.parse::<u64>().is_ok())
+                });
+            if !ok {
+                return Err(format!("`{s}` is not a MariaDB GTID position like gtid:0-1-100[,1-2-7]"));
+            }
+            return Ok(StartPosition::Gtid(g.trim().to_string()));
+        }
+        match s.rsplit_once(':') {
+            Some((f, p)) if !f.is_empty() => match p.parse::<u64>() {
+                Ok(pos) if pos >= 4 => Ok(StartPosition::FilePos { file: f.to_string(), pos }),
+                _ => Err(format!("`{s}`: position must be a number >= 4")),
+            },
+            _ => Err(format!("`{s}` is neither `current`, `FILE:POS` nor `gtid:SET`")),
+        }
+    }
+}
+
+impl Config {
+    /// Load `path` (TOML or YAML by extension) with `BINVAL__*` environment overrides, then
+    /// validate. Errors name the file and the field.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        if !path.exists() {
+            return Err(ConfigError::Load { path: p, message: "file not found".into() });
+        }
+        let cfg = config::Config::builder()
+            .add_source(config::File::from(path))
+            .add_source(config::Environment::with_prefix("BINVAL").prefix_separator("__").separator("__").try_parsing(true))
+            .build()
+            .map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
+        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
+        c.validate(&p)?;
+        Ok(c)
+    }
+
+    /// Parse from TOML text (tests, embedded configs), then validate.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        let cfg = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
+        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
+        c.validate("<inline>")?;
+        Ok(c)
+    }
+
+    /// Check values that types alone cannot.
+    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        let bad = |field: String, reason: String| ConfigError::Invalid { path: path.into(), field, reason };
+        if !self.source.url.starts_with("mysql://") {
+            return Err(bad("source.url".into(), format!("`{}` must start with mysql://", redact(&self.source.url))));
+        }
+        if self.source.server_id == 0 {
+            return Err(bad("source.server_id".into(), "must be a non-zero server_id unique in the topology".into()));
+        }
+        if self.source.heartbeat_ms == 0 || self.source.heartbeat_ms > 4_294_967 {
+            return Err(bad("source.heartbeat_ms".into(), "must be 1..=4294967 ms".into()));
+        }
+        StartPosition::parse(&self.source.start).map_err(|r| bad("source.start".into(), r))?;
+        if self.source.name.is_empty() || !self.source.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(bad("source.name".into(), "must be non-empty and use only [A-Za-z0-9._-]".into()));
+        }
+        if self.redis.urls.is_empty() {
+            return Err(bad("redis.urls".into(), "needs at least one redis:// URL".into()));
+        }
+        for (i, u) in self.redis.urls.iter().enumerate() {
+            if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
+                return Err(bad(format!("redis.urls[{i}]"), format!("`{u}` must start with redis:// or rediss://")));
+            }
+        }
+        if self.redis.mode == RedisMode::Standalone && self.redis.urls.len() != 1 {
+            return Err(bad("redis.urls".into(), "standalone mode takes exactly one URL (use mode = \"cluster\" for several)".into()));
+        }
+        if self.kafka.brokers.trim().is_empty() {
+            return Err(bad("kafka.brokers".into(), "must list at least one host:port".into()));
+        }
+        if self.kafka.topic.is_empty()
+            || self.kafka.topic.len() > 249
+            || !self.kafka.topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            // Kafka topic names: [a-zA-Z0-9._-], at most 249 characters (Kafka docs, topic naming).
+            return Err(bad("kafka.topic".into(), format!("`{}` is not a legal Kafka topic name ([a-zA-Z0-9._-], 1..249 chars)", self.kafka.topic)));
+        }
+        if self.kafka.partitions < 1 {
+            return Err(bad("kafka.partitions".into(), "must be >= 1".into()));
+        }
+        if self.checkpoint.store == CheckpointStore::File && self.checkpoint.path.is_none() {
+            return Err(bad("checkpoint.path".into(), "required when checkpoint.store = \"file\"".into()));
+        }
+        if self.checkpoint.interval_ms == 0 {
+            return Err(bad("checkpoint.interval_ms".into(), "must be > 0".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, m) in self.mappings.iter().enumerate() {
+            let f = |name: &str| format!("mappings[{i}].{name}");
+            match m.table.split_once('.') {
+                Some((s, t)) if !s.is_empty() && !t.is_empty() && !t.contains('.') => {}
+                _ => return Err(bad(f("table"), format!("`{}` must be `schema.table`", m.table))),
+            }
+            if !seen.insert(m.table.clone()) {
+                return Err(bad(f("table"), format!("`{}` is mapped twice; list all its keys in one mapping", m.table)));
+            }
+            if m.keys.is_empty() {
+                return Err(bad(f("keys"), "needs at least one key template".into()));
+            }
+            if m.replicas == 0 || m.replicas > 64 {
+                return Err(bad(f("replicas"), format!("{} is out of range 1..=64", m.replicas)));
+            }
+            for (k, key) in m.keys.iter().enumerate() {
+                let t = KeyTemplate::parse(key).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
+                t.check_replicas(m.replicas).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
+            }
+            match &m.payload {
+                Payload::Whole(w) if w != "row" => {
+                    return Err(bad(f("payload"), format!("`{w}`: use \"row\" or a list of column names")))
+                }
+                Payload::Columns(c) if c.is_empty() => return Err(bad(f("payload"), "column list is empty".into())),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hide the password of a `scheme://user:password@host` URL for logs and errors.
+pub fn redact(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((cred, host)) = rest.rsplit_once('@') {
+            let user = cred.split(':').next().unwrap_or("");
+            return format!("{scheme}://{user}:***@{host}");
+        }
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+[source]
+url = "mysql://binval:binval@127.0.0.1:3306"
+server_id = 77
+[redis]
+mode = "standalone"
+urls = ["redis://127.0.0.1:6379"]
+[kafka]
+brokers = "127.0.0.1:9092"
+[[mappings]]
+table = "shop.items"
+keys = ["item:detail:{id}"]
+replicas = 8
+"#;
+
+    #[test]
+    fn loads_with_defaults() {
+        let c = Config::from_toml(OK).unwrap();
+        assert_eq!(c.source.heartbeat_ms, 1000);
+        assert_eq!(c.kafka.topic, "binval.invalidations");
+        assert_eq!(c.mappings[0].mode, MappingMode::WriteThrough);
+        assert_eq!(c.mappings[0].payload, Payload::Whole("row".into()));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Config::from_toml(&OK.replace("replicas = 8", "replicas = 0")).unwrap_err().to_string();
+        assert!(e.contains("mappings[0].replicas"), "{e}");
+        let e = Config::from_toml(&OK.replace("item:detail:{id}", "{{shop}}:item:{id}")).unwrap_err().to_string();
+        assert!(e.contains("mappings[0].keys[0]") && e.contains("hash tag"), "{e}");
+        let e = Config::from_toml(&OK.replace("server_id = 77", "server_id = 77\nstart = \"bogus\"")).unwrap_err().to_string();
+        assert!(e.contains("source.start"), "{e}");
+        let e = Config::from_toml(&OK.replace("server_id = 77", "server_id = \"x\"")).unwrap_err().to_string();
+        assert!(e.contains("server_id"), "{e}");
+        let e = Config::from_toml(&OK.replace("mode = \"standalone\"", "mode = \"sentinel\"")).unwrap_err().to_string();
+        assert!(e.contains("mode") || e.contains("sentinel"), "{e}");
+    }
+
+    #[test]
+    fn start_positions() {
+        assert_eq!(StartPosition::parse("current").unwrap(), StartPosition::Current);
+        assert_eq!(
+            StartPosition::parse("mysql-bin.000003:4").unwrap(),
+            StartPosition::FilePos { file: "mysql-bin.000003".into(), pos: 4 }
+        );
+        assert_eq!(StartPosition::parse("gtid:0-1-100").unwrap(), StartPosition::Gtid("0-1-100".into()));
+        assert!(StartPosition::parse("gtid:x").is_err());
+        assert!(StartPosition::parse("f:2").is_err());
+    }
+
+    #[test]
+    fn redacts() {
+        assert_eq!(redact("mysql://u:secret@h:1"), "mysql://u:***@h:1");
+    }
+}

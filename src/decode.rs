@@ -1,0 +1,467 @@
+//! Decode stage: TABLE_MAP and row events into rows with named columns and canonical JSON
+//! values.
+//!
+//! Byte-level decoding of row images is mysql_common's job; this module wraps it with what a
+//! cache needs and mysql_common leaves out:
+//!
+//! * a [`TableSchema`] prepared once per TABLE_MAP event from its optional metadata
+//!   (`binlog_row_metadata=FULL`): column names, signedness, charsets and ENUM/SET labels,
+//!   exactly as the table was when the row was written (every TABLE_MAP carries them, so they
+//!   follow ALTER TABLE);
+//! * canonical JSON values (see `schemas/README.md`): integers exact, DECIMAL as an exact string
+//!   with its scale, DATE/DATETIME/TIME as MySQL's own text with exactly fsp fraction digits,
+//!   TIMESTAMP as a UTC instant, YEAR as a number, BIT as a number, ENUM as its label, SET as a
+//!   list of labels, text decoded from its charset, binary as base64, NULL as null, and a column
+//!   absent from the row image absent;
+//! * fixes for known mysql_common gaps: signed MEDIUMINT sign extension, BINARY(n) trailing
+//!   zero bytes, YEAR 0000.
+//!
+//! Anything that cannot be decoded exactly is a [`DecodeError`] naming the table and column:
+//! the pipeline stops rather than cache a wrong value.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use mysql_common::binlog::events::{OptionalMetadataField, RowsEventData, TableMapEvent};
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
+use mysql_common::value::Value;
+use serde_json::{Map, Number, Value as Json};
+
+/// A decoded row image: column name -> canonical JSON value. Columns absent from the image are
+/// absent from the map.
+pub type Row = Map<String, Json>;
+
+/// Why a row could not be decoded exactly. Every variant is definite: retrying cannot help.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The TABLE_MAP event is missing metadata binval needs.
+    #[error("table {table}: TABLE_MAP has no column names; set binlog_row_metadata=FULL on the source")]
+    NoColumnNames { table: String },
+    /// A column type binval does not decode.
+    #[error("table {table}, column {column}: column type {ty:?} is not supported")]
+    UnsupportedType { table: String, column: String, ty: ColumnType },
+    /// Text bytes that are not valid in the column's charset.
+    #[error("table {table}, column {column}: value is not valid text in charset id {charset}")]
+    BadText { table: String, column: String, charset: u16 },
+    /// mysql_common failed to parse the row image.
+    #[error("table {table}: row image could not be parsed: {source}")]
+    Parse { table: String, #[source] source: std::io::Error },
+    /// A row event refers to a table id with no preceding TABLE_MAP.
+    #[error("row event for table id {table_id} without a preceding TABLE_MAP")]
+    NoTableMap { table_id: u64 },
+    /// MySQL partial JSON updates (binlog_row_value_options=PARTIAL_JSON) carry diffs, not values.
+    #[error("table {table}, column {column}: partial JSON update; set binlog_row_value_options='' on the source")]
+    PartialJson { table: String, column: String },
+}
+
+/// One column of a table as described by a TABLE_MAP event.
+#[derive(Debug, Clone)]
+pub struct ColumnSchema {
+    /// Column name.
+    pub name: Arc<str>,
+    /// Real column type (ENUM and SET resolved from the metadata).
+    pub ty: ColumnType,
+    /// Type metadata bytes from the TABLE_MAP (precision/scale, fsp, length...).
+    pub meta: Vec<u8>,
+    /// UNSIGNED numeric column.
+    pub unsigned: bool,
+    /// Collation id for text, ENUM and SET columns (63 = binary); 0 if not applicable.
+    pub charset: u16,
+    /// ENUM labels, index 1 first.
+    pub enum_labels: Vec<String>,
+    /// SET labels, bit 0 first.
+    pub set_labels: Vec<String>,
+}
+
+/// A table as described by one TABLE_MAP event, prepared once and used for every row event that
+/// follows it.
+#[derive(Debug)]
+pub struct TableSchema {
+    /// `schema.table`.
+    pub name: Arc<str>,
+    /// Columns in table order.
+    pub columns: Vec<ColumnSchema>,
+    /// The TABLE_MAP event itself, which mysql_common needs to parse row images.
+    pub tme: TableMapEvent<'static>,
+}
+
+impl TableSchema {
+    /// Prepare a table from its TABLE_MAP event. Errors when column names are missing
+    /// (binlog_row_metadata is not FULL).
+    pub fn from_table_map(tme: TableMapEvent<'static>) -> Result<Self, DecodeError> {
+        let name: Arc<str> = format!("{}.{}", tme.database_name(), tme.table_name()).into();
+        let n = tme.columns_count() as usize;
+        let mut columns = Vec::with_capacity(n);
+        for i in 0..n {
+            let ty = match tme.get_column_type(i) {
+                Ok(Some(t)) => t,
+                _ => {
+                    return Err(DecodeError::UnsupportedType {
+                        table: name.to_string(),
+                        column: format!("#{i}"),
+                        ty: ColumnType::MYSQL_TYPE_NULL,
+                    })
+                }
+            };
+            columns.push(ColumnSchema {
+                name: Arc::from(""),
+                ty,
+                meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
+                unsigned: false,
+                charset: 0,
+                enum_labels: Vec::new(),
+                set_labels: Vec::new(),
+            });
+        }
+        let parse_err = |e: std::io::Error| DecodeError::Parse { table: name.to_string(), source: e };
+        let numeric: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_numeric_type()).collect();
+        let character: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_character_type()).collect();
+        let enums: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_ENUM).collect();
+        let sets: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_SET).collect();
+        let enum_or_set: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_enum_or_set_type()).collect();
+        let mut have_names = false;
+        for field in tme.iter_optional_meta() {
+            match field.map_err(parse_err)? {
+                OptionalMetadataField::Signedness(bits) => {
+                    for (k, &i) in numeric.iter().enumerate() {
+                        columns[i].unsigned = bits.get(k).map(|b| *b).unwrap_or(false);
+                    }
+                }
+                OptionalMetadataField::DefaultCharset(dc) => {
+                    for &i in &character {
+                        columns[i].charset = dc.default_charset();
+                    }
+                    for nd in dc.iter_non_default() {
+                        let nd = nd.map_err(parse_err)?;
+                        if let Some(&i) = character.get(nd.column_index() as usize) {
+                            columns[i].charset = nd.charset();
+                        }
+                    }
+                }
+                OptionalMetadataField::ColumnCharset(cs) => {
+                    for (k, c) in cs.iter_charsets().enumerate() {
+                        if let Some(&i) = character.get(k) {
+                            columns[i].charset = c.map_err(parse_err)?;
+                        }
+                    }
+                }
+                OptionalMetadataField::EnumAndSetDefaultCharset(dc) => {
+                    for &i in &enum_or_set {
+                        columns[i].charset = dc.default_charset();
+                    }
+                    for nd in dc.iter_non_default() {
+                        let nd = nd.map_err(parse_err)?;
+                        if let Some(&i) = enum_or_set.get(nd.column_index() as usize) {
+                            columns[i].charset = nd.charset();
+                        }
+                    }
+                }
+                OptionalMetadataField::EnumAndSetColumnCharset(cs) => {
+                    for (k, c) in cs.iter_charsets().enumerate() {
+                        if let Some(&i) = enum_or_set.get(k) {
+                            columns[i].charset = c.map_err(parse_err)?;
+                        }
+                    }
+                }
+                OptionalMetadataField::ColumnName(names) => {
+                    have_names = true;
+                    for (i, nm) in names.iter_names().enumerate() {
+                        if let Some(c) = columns.get_mut(i) {
+                            c.name = Arc::from(nm.map_err(parse_err)?.name().as_ref());
+                        }
+                    }
+                }
+                OptionalMetadataField::EnumStrValue(vals) => {
+                    for (k, v) in vals.iter_values().enumerate() {
+                        let v = v.map_err(parse_err)?;
+                        if let Some(&i) = enums.get(k) {
+                            columns[i].enum_labels = v.values().iter().map(|s| s.value().into_owned()).collect();
+                        }
+                    }
+                }
+                OptionalMetadataField::SetStrValue(vals) => {
+                    for (k, v) in vals.iter_values().enumerate() {
+                        let v = v.map_err(parse_err)?;
+                        if let Some(&i) = sets.get(k) {
+                            columns[i].set_labels = v.values().iter().map(|s| s.value().into_owned()).collect();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !have_names && n > 0 {
+            return Err(DecodeError::NoColumnNames { table: name.to_string() });
+        }
+        Ok(TableSchema { name, columns, tme })
+    }
+}
+
+/// The kind of a row change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKind {
+    /// WRITE_ROWS: after image only.
+    Insert,
+    /// UPDATE_ROWS: before and after images.
+    Update,
+    /// DELETE_ROWS: before image only.
+    Delete,
+}
+
+/// One decoded row change of a mapped table.
+#[derive(Debug, Clone)]
+pub struct RowChange {
+    /// `schema.table`.
+    pub table: Arc<str>,
+    /// Insert, update or delete.
+    pub kind: RowKind,
+    /// Before image (update, delete).
+    pub before: Option<Row>,
+    /// After image (insert, update).
+    pub after: Option<Row>,
+}
+
+/// Decode every row of one row event of `table`, appending to `out`.
+pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<RowChange>) -> Result<(), DecodeError> {
+    let kind = match ev {
+        RowsEventData::WriteRowsEventV1(_) | RowsEventData::WriteRowsEvent(_) => RowKind::Insert,
+        RowsEventData::UpdateRowsEventV1(_) | RowsEventData::UpdateRowsEvent(_) | RowsEventData::PartialUpdateRowsEvent(_) => {
+            RowKind::Update
+        }
+        RowsEventData::DeleteRowsEventV1(_) | RowsEventData::DeleteRowsEvent(_) => RowKind::Delete,
+    };
+    let n = table.columns.len();
+    let before_cols: Vec<usize> = ev
+        .columns_before_image()
+        .map(|b| (0..n).filter(|&i| b.get(i).map(|x| *x).unwrap_or(false)).collect())
+        .unwrap_or_default();
+    let after_cols: Vec<usize> = ev
+        .columns_after_image()
+        .map(|b| (0..n).filter(|&i| b.get(i).map(|x| *x).unwrap_or(false)).collect())
+        .unwrap_or_default();
+    for r in ev.rows(&table.tme) {
+        let (b, a) = r.map_err(|e| DecodeError::Parse { table: table.name.to_string(), source: e })?;
+        let before = b.map(|row| image_to_json(table, &before_cols, row.unwrap())).transpose()?;
+        let after = a.map(|row| image_to_json(table, &after_cols, row.unwrap())).transpose()?;
+        out.push(RowChange { table: table.name.clone(), kind, before, after });
+    }
+    Ok(())
+}
+
+fn image_to_json(table: &TableSchema, cols: &[usize], values: Vec<BinlogValue<'static>>) -> Result<Row, DecodeError> {
+    let mut row = Map::new();
+    for (&i, v) in cols.iter().zip(values) {
+        let col = &table.columns[i];
+        row.insert(col.name.to_string(), value_to_json(&table.name, col, v)?);
+    }
+    Ok(row)
+}
+
+/// Convert one binlog value of column `col` of table `table` to its canonical JSON form.
+pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -> Result<Json, DecodeError> {
+    use ColumnType::*;
+    let unsupported = || DecodeError::UnsupportedType { table: table.into(), column: col.name.to_string(), ty: col.ty };
+    let v = match v {
+        BinlogValue::Value(v) => v,
+        BinlogValue::Jsonb(j) => {
+            let dom = j.parse().map_err(|e| DecodeError::Parse { table: table.into(), source: e })?;
+            return Ok(Json::from(dom));
+        }
+        BinlogValue::JsonDiff(_) => {
+            return Err(DecodeError::PartialJson { table: table.into(), column: col.name.to_string() })
+        }
+    };
+    Ok(match v {
+        Value::NULL => Json::Null,
+        Value::Int(i) => match col.ty {
+            MYSQL_TYPE_INT24 if !col.unsigned && i >= 0x80_0000 => Json::from(i - 0x100_0000),
+            MYSQL_TYPE_ENUM => {
+                if i == 0 {
+                    Json::String(String::new())
+                } else {
+                    match col.enum_labels.get(i as usize - 1) {
+                        Some(l) => Json::String(l.clone()),
+                        None => Json::from(i),
+                    }
+                }
+            }
+            MYSQL_TYPE_TIMESTAMP => Json::String(utc_instant(i, 0, 0)),
+            _ => Json::from(i),
+        },
+        Value::UInt(u) => Json::from(u),
+        Value::Float(f) => Number::from_f64(f as f64).map(Json::Number).unwrap_or(Json::Null),
+        Value::Double(d) => Number::from_f64(d).map(Json::Number).unwrap_or(Json::Null),
+        Value::Date(y, mo, d, h, mi, s, us) => match col.ty {
+            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Json::String(format!("{y:04}-{mo:02}-{d:02}")),
+            _ => {
+                let fsp = if col.ty == MYSQL_TYPE_DATETIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+                Json::String(format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}", frac(us, fsp)))
+            }
+        },
+        Value::Time(neg, days, h, mi, s, us) => {
+            let fsp = if col.ty == MYSQL_TYPE_TIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+            let hours = days as u64 * 24 + h as u64;
+            Json::String(format!("{}{hours:02}:{mi:02}:{s:02}{}", if neg { "-" } else { "" }, frac(us, fsp)))
+        }
+        Value::Bytes(b) => match col.ty {
+            MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => {
+                let s = String::from_utf8(b).map_err(|_| unsupported())?;
+                let scale = col.meta.get(1).copied().unwrap_or(0) as usize;
+                Json::String(pad_scale(s, scale))
+            }
+            MYSQL_TYPE_YEAR => {
+                let y: i64 = std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok()).ok_or_else(unsupported)?;
+                // mysql_common adds 1900 to the stored byte; byte 0 is YEAR 0000.
+                Json::from(if y == 1900 { 0 } else { y })
+            }
+            MYSQL_TYPE_BIT => Json::from(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64)),
+            MYSQL_TYPE_TIMESTAMP2 => {
+                let s = std::str::from_utf8(&b).map_err(|_| unsupported())?;
+                let (sec, us) = match s.split_once('.') {
+                    Some((a, f)) => (a.parse::<i64>().map_err(|_| unsupported())?, f.parse::<u32>().map_err(|_| unsupported())?),
+                    None => (s.parse::<i64>().map_err(|_| unsupported())?, 0),
+                };
+                Json::String(utc_instant(sec, us, col.meta.first().copied().unwrap_or(0)))
+            }
+            MYSQL_TYPE_SET => {
+                let mask = b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64);
+                let labels = (0..64)
+                    .filter(|bit| mask & (1u64 << bit) != 0)
+                    .map(|bit| Json::String(col.set_labels.get(bit).cloned().unwrap_or_else(|| format!("#{bit}"))))
+                    .collect();
+                Json::Array(labels)
+            }
+            MYSQL_TYPE_GEOMETRY => {
+                if b.len() < 4 {
+                    return Err(unsupported());
+                }
+                let srid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                serde_json::json!({ "srid": srid, "wkb": base64::engine::general_purpose::STANDARD.encode(&b[4..]) })
+            }
+            MYSQL_TYPE_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB => {
+                let mut b = b;
+                if col.charset == BINARY_CHARSET && col.ty == MYSQL_TYPE_STRING {
+                    let n = string_len(&col.meta);
+                    if b.len() < n {
+                        b.resize(n, 0);
+                    }
+                }
+                text_or_base64(table, col, b)?
+            }
+            MYSQL_TYPE_JSON => {
+                // MariaDB stores JSON as LONGTEXT; MySQL's binary JSON is handled above.
+                let s = String::from_utf8(b).map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })?;
+                serde_json::from_str(&s).unwrap_or(Json::String(s))
+            }
+            _ => return Err(unsupported()),
+        },
+    })
+}
+
+/// Collation id of the `binary` charset.
+const BINARY_CHARSET: u16 = 63;
+/// latin1 collation ids (latin1_german1_ci, latin1_swedish_ci, latin1_danish_ci, latin1_german2_ci,
+/// latin1_bin, latin1_general_ci, latin1_general_cs, latin1_spanish_ci).
+const LATIN1: &[u16] = &[5, 8, 15, 31, 47, 48, 49, 94];
+
+fn string_len(meta: &[u8]) -> usize {
+    if meta.len() < 2 {
+        return 0;
+    }
+    let (b0, b1) = (meta[0] as usize, meta[1] as usize);
+    if (b0 & 0x30) != 0x30 {
+        b1 | (((b0 & 0x30) ^ 0x30) << 4)
+    } else {
+        b1
+    }
+}
+
+fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, DecodeError> {
+    if col.charset == BINARY_CHARSET {
+        return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
+    }
+    if LATIN1.contains(&col.charset) {
+        // MySQL's latin1 is cp1252; bytes 0x80-0x9F differ from ISO-8859-1 (issue #3 covers them).
+        return Ok(Json::String(b.iter().map(|&c| c as char).collect()));
+    }
+    String::from_utf8(b)
+        .map(Json::String)
+        .map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })
+}
+
+fn frac(us: u32, fsp: u8) -> String {
+    if fsp == 0 {
+        return String::new();
+    }
+    let digits = format!("{us:06}");
+    format!(".{}", &digits[..fsp.min(6) as usize])
+}
+
+fn pad_scale(s: String, scale: usize) -> String {
+    if scale == 0 {
+        return s;
+    }
+    match s.split_once('.') {
+        Some((_, f)) if f.len() >= scale => s,
+        Some((_, f)) => {
+            let missing = scale - f.len();
+            s + &"0".repeat(missing)
+        }
+        None => format!("{s}.{}", "0".repeat(scale)),
+    }
+}
+
+/// Format Unix seconds + microseconds as an RFC 3339 UTC instant with `fsp` fraction digits,
+/// e.g. `2026-11-30T22:31:12.120Z`. TIMESTAMP 0 (the zero timestamp) is `0000-00-00 00:00:00`.
+pub fn utc_instant(secs: i64, us: u32, fsp: u8) -> String {
+    if secs == 0 && us == 0 {
+        return "0000-00-00 00:00:00".to_string() + &frac(0, fsp);
+    }
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{}Z", rem / 3600, (rem % 3600) / 60, rem % 60, frac(us, fsp))
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants() {
+        assert_eq!(utc_instant(1_764_541_872, 0, 0), "2025-11-30T22:31:12Z");
+        assert_eq!(utc_instant(1, 120_000, 3), "1970-01-01T00:00:01.120Z");
+        assert_eq!(utc_instant(951_782_400, 0, 0), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn scale_padding() {
+        assert_eq!(pad_scale("1.5".into(), 2), "1.50");
+        assert_eq!(pad_scale("-3".into(), 2), "-3.00");
+        assert_eq!(pad_scale("7".into(), 0), "7");
+        assert_eq!(pad_scale("0.125".into(), 3), "0.125");
+    }
+
+    #[test]
+    fn fractions() {
+        assert_eq!(frac(123_456, 3), ".123");
+        assert_eq!(frac(5, 6), ".000005");
+        assert_eq!(frac(5, 0), "");
+    }
+}

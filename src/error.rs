@@ -1,0 +1,96 @@
+//! Errors, split the way an operator acts on them:
+//!
+//! * [`Error::Definite`]: retrying cannot help (bad config, wrong server settings, a purged
+//!   start position, a row binval cannot decode exactly). The pipeline halts with a message
+//!   naming the setting, table or position, and exits non-zero. Nothing after the failing
+//!   position is acknowledged.
+//! * [`Error::Transient`]: the network or a service is briefly unavailable. The stage retries
+//!   with exponential backoff and resumes from the last acknowledged position; nothing is lost.
+
+use crate::config::ConfigError;
+use crate::decode::DecodeError;
+
+/// Every failure of the pipeline, classified as definite (halt) or transient (retry).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Retrying cannot help; halt and tell the operator.
+    #[error(transparent)]
+    Definite(#[from] DefiniteError),
+    /// Retry with backoff.
+    #[error(transparent)]
+    Transient(#[from] TransientError),
+}
+
+impl Error {
+    /// True when the failure may go away by itself.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Transient(_))
+    }
+}
+
+/// Failures that stop the pipeline.
+#[derive(Debug, thiserror::Error)]
+pub enum DefiniteError {
+    /// The configuration is unusable.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A server setting binval depends on has the wrong value.
+    #[error("source setting {setting} is {found:?}, binval needs {want}: set `{setting}={want}` in the server configuration (my.cnf [mysqld]) or SET GLOBAL {setting}='{want}', then restart binval")]
+    SourceSetting { setting: &'static str, found: String, want: &'static str },
+    /// The start position is no longer (or never was) in the primary's binlog.
+    #[error("the source no longer has binlog position {position}: {message}. Choose a newer start (source.start) or bootstrap the cache; binval never silently starts from now")]
+    PositionGone { position: String, message: String },
+    /// A row could not be decoded exactly.
+    #[error("at binlog position {position}: {source}")]
+    Decode { position: String, #[source] source: DecodeError },
+    /// The source rejected binval's request for another definite reason (access denied, bad server_id...).
+    #[error("source refused replication: {0}")]
+    SourceRefused(String),
+    /// Redis refused a write for a reason retrying cannot fix (wrong type, OOM with noeviction, ...).
+    #[error("redis refused a write of key {key}: {message}")]
+    RedisRefused { key: String, message: String },
+    /// Kafka refused an event for a reason retrying cannot fix.
+    #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
+    KafkaRefused { key: String, topic: String, message: String },
+    /// The checkpoint store holds something that is not a checkpoint.
+    #[error("checkpoint at {location} is unreadable: {message}")]
+    BadCheckpoint { location: String, message: String },
+}
+
+/// Failures that are retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum TransientError {
+    /// The replica connection failed or dropped.
+    #[error("source connection: {0}")]
+    Source(String),
+    /// The replica connection went silent for longer than three heartbeat periods.
+    #[error("source connection silent for {silent_ms} ms (3 heartbeat periods); reconnecting")]
+    SourceSilent { silent_ms: u64 },
+    /// A Redis command failed for a retryable reason.
+    #[error("redis: {0}")]
+    Redis(String),
+    /// A Kafka delivery failed for a retryable reason.
+    #[error("kafka: {0}")]
+    Kafka(String),
+    /// The checkpoint could not be saved.
+    #[error("checkpoint save: {0}")]
+    Checkpoint(String),
+}
+
+/// Result with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Classify a mysql_async error. Server errors that name a missing binlog or a refused
+/// replica are definite; I/O and driver errors are transient.
+pub fn classify_mysql(e: mysql_async::Error, position: &str) -> Error {
+    match &e {
+        mysql_async::Error::Server(se) => match se.code {
+            // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged or unknown log / position.
+            1236 => DefiniteError::PositionGone { position: position.into(), message: se.message.clone() }.into(),
+            // ER_ACCESS_DENIED_ERROR, ER_SPECIFIC_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
+            1044 | 1045 | 1227 => DefiniteError::SourceRefused(se.message.clone()).into(),
+            _ => TransientError::Source(e.to_string()).into(),
+        },
+        _ => TransientError::Source(e.to_string()).into(),
+    }
+}

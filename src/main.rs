@@ -1,0 +1,111 @@
+//! `binval`: the service and its operator commands.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use binval::config::Config;
+use binval::error::Error;
+
+#[derive(Parser)]
+#[command(name = "binval", version, about = "Keeps hot Redis keys and app-local caches in step with MySQL/MariaDB via the binlog")]
+struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, global = true, env = "BINVAL_LOG_FORMAT")]
+    log_format: Option<LogFormat>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the pipeline: binlog -> Redis replicas + version tokens -> Kafka invalidation events.
+    /// Stops cleanly on SIGINT/SIGTERM (drains, saves the checkpoint, exits 0).
+    Run {
+        /// Config file (TOML or YAML). Environment BINVAL__SECTION__FIELD overrides it.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+    },
+    /// Preflight: validate the config, check the source's binlog settings, Redis and Kafka.
+    Check {
+        /// Config file (TOML or YAML).
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let path = match &cli.command {
+        Command::Run { config } | Command::Check { config } => config.clone(),
+    };
+    let cfg = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let json = match cli.log_format {
+        Some(LogFormat::Json) => true,
+        Some(LogFormat::Text) => false,
+        None => cfg.log.format.as_deref() == Some("json"),
+    };
+    binval::telemetry::init(json, cfg.log.level.as_deref().unwrap_or("info"));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let result = rt.block_on(async move {
+        match cli.command {
+            Command::Run { .. } => run(cfg).await,
+            Command::Check { .. } => check(cfg).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "binval stopped");
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cfg: Config) -> Result<(), Error> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutdown requested: draining and saving the checkpoint");
+        let _ = tx.send(true);
+    });
+    let stats = Arc::new(binval::pipeline::Stats::default());
+    binval::pipeline::run(cfg, rx, stats).await?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+async fn check(cfg: Config) -> Result<(), Error> {
+    let mut conn = binval::source::connect(&cfg.source).await?;
+    let info = binval::source::preflight(&mut conn).await?;
+    println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
+    let mut redis = binval::redis_sink::RedisConn::connect(&cfg.redis).await?;
+    let pong: String = redis
+        .query(&redis::cmd("PING"))
+        .await
+        .map_err(|e| binval::error::TransientError::Redis(e.to_string()))?;
+    println!("redis: {pong}");
+    let k = binval::kafka_sink::KafkaSink::connect(&cfg.kafka).await?;
+    println!("kafka: topic {} reachable", k.topic());
+    println!("mappings: {} table(s)", cfg.mappings.len());
+    Ok(())
+}

@@ -1,0 +1,306 @@
+//! The pipeline: source -> decode -> txn -> mapping -> redis -> kafka -> checkpoint, and the
+//! supervisor around it.
+//!
+//! Three tasks joined by bounded channels (so memory stays bounded by channel capacity plus
+//! one open transaction):
+//!
+//! 1. the source task reads the binlog and sends committed [`Transaction`]s in commit order;
+//! 2. the apply task maps each transaction to key changes, writes Redis (replicas, then version
+//!    token) and enqueues one Kafka event per key change — only after the Redis writes of that
+//!    transaction are acknowledged (I1);
+//! 3. the checkpoint task waits for every Kafka delivery of a transaction, in order, and only
+//!    then moves the acknowledged position past it (I3); it saves at most once per interval
+//!    and once more when the pipeline stops for any reason.
+//!
+//! The supervisor restarts the whole pipeline from the saved checkpoint after a transient
+//! failure (with exponential backoff), and stops on a definite one. Re-applied transactions
+//! bump version tokens again — tokens only grow, so consumers at worst evict once more.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backoff::backoff::Backoff;
+use binval_protocol::{InvalidationEvent, SourcePosition, EVENT_SCHEMA_VERSION};
+use rdkafka::producer::DeliveryFuture;
+use tokio::sync::{mpsc, watch, Mutex};
+
+use crate::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
+use crate::config::{Config, StartPosition};
+use crate::error::{DefiniteError, Error, TransientError};
+use crate::kafka_sink::KafkaSink;
+use crate::mapping::{KeyChange, Mapper};
+use crate::redis_sink::RedisConn;
+use crate::source::{self, Resume, SourceStats};
+use crate::txn::Transaction;
+
+/// Committed transactions buffered between source and apply.
+const TXN_CHANNEL: usize = 256;
+/// Transactions whose Kafka deliveries are awaited at once.
+const ACK_CHANNEL: usize = 4096;
+
+/// Counters of a running pipeline, for the progress log and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Source counters.
+    pub source: Arc<SourceStats>,
+    /// Transactions applied to Redis.
+    pub transactions: AtomicU64,
+    /// Key changes written to Redis.
+    pub key_changes: AtomicU64,
+    /// Events acknowledged by Kafka.
+    pub events_acked: AtomicU64,
+    /// Checkpoints saved.
+    pub checkpoints: AtomicU64,
+    /// Pipeline restarts after transient failures.
+    pub restarts: AtomicU64,
+    /// Last acknowledged position, `file:pos`.
+    pub acked: std::sync::Mutex<Option<SourcePosition>>,
+}
+
+/// Run until `shutdown` becomes true (then drain, save the checkpoint and return `Ok`) or a
+/// definite error.
+pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
+    let mapper = Arc::new(Mapper::new(&cfg.mappings).map_err(|e| {
+        DefiniteError::Config(crate::config::ConfigError::Invalid { path: "config".into(), field: "mappings".into(), reason: e.to_string() })
+    })?);
+    let mut backoff = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(Duration::from_millis(200))
+        .with_max_interval(Duration::from_millis(cfg.source.reconnect_max_ms))
+        .with_max_elapsed_time(None)
+        .build();
+    let progress = tokio::spawn(progress_log(stats.clone(), shutdown.clone()));
+    let result = loop {
+        let started = Instant::now();
+        match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone()).await {
+            Ok(()) => break Ok(()),
+            Err(Error::Transient(e)) => {
+                if *shutdown.borrow() {
+                    break Ok(());
+                }
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff.reset();
+                }
+                let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(30));
+                stats.restarts.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "pipeline stalled; restarting from the checkpoint");
+                let mut sd = shutdown.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = sd.wait_for(|v| *v) => break Ok(()),
+                }
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    progress.abort();
+    result
+}
+
+async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
+    let redis = RedisConn::connect(&cfg.redis).await?;
+    let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+    let saved = store.load().await?;
+    let kafka = Arc::new(KafkaSink::connect(&cfg.kafka).await?);
+
+    let mut conn = source::connect(&cfg.source).await?;
+    let info = source::preflight(&mut conn).await?;
+    drop(conn);
+    let start = StartPosition::parse(&cfg.source.start).expect("validated");
+    let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
+    let mut gtids = GtidState::default();
+    if let Some(g) = saved.as_ref().and_then(|c| c.gtid.as_deref()) {
+        for one in g.split(',') {
+            gtids.record(one);
+        }
+    }
+    match (&saved, &resume) {
+        (Some(c), _) => tracing::info!(file = %c.file, pos = c.pos, store = %store.location(), "resuming from checkpoint"),
+        (None, Resume::FilePos(p)) => {
+            // Pin the start now: a crash before the first transaction must not move a
+            // `current` start forward and skip changes.
+            store.save(&checkpoint_at(p, &gtids)).await?;
+            tracing::info!(file = %p.file, pos = p.pos, store = %store.location(), "no checkpoint; starting at configured position");
+        }
+        (None, Resume::Gtid(g)) => tracing::info!(gtid = %g, "no checkpoint; starting at configured GTID position"),
+    }
+
+    let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(TXN_CHANNEL);
+    let (ack_tx, ack_rx) = mpsc::channel::<Pending>(ACK_CHANNEL);
+
+    let source_task = tokio::spawn(source::run(cfg.source.clone(), mapper.clone(), resume, txn_tx, shutdown.clone(), stats.source.clone()));
+    let apply_task = tokio::spawn(apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone()));
+    let interval = Duration::from_millis(cfg.checkpoint.interval_ms);
+    let store = Arc::new(Mutex::new(store));
+    let cp_task = tokio::spawn(checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
+
+    let (s, a, c) = tokio::join!(source_task, apply_task, cp_task);
+    let flat = |r: Result<Result<(), Error>, tokio::task::JoinError>| match r {
+        Ok(r) => r,
+        Err(e) => Err(TransientError::Source(format!("task failed: {e}")).into()),
+    };
+    // Report the root cause: a definite error wins over the transient ones it caused.
+    let results = [flat(s), flat(a), flat(c)];
+    let mut first: Option<Error> = None;
+    for r in results {
+        if let Err(e) = r {
+            match (&first, &e) {
+                (None, _) => first = Some(e),
+                (Some(Error::Transient(_)), Error::Definite(_)) => first = Some(e),
+                _ => {}
+            }
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None if *shutdown.borrow() => {
+            kafka.flush(Duration::from_secs(5)).await;
+            Ok(())
+        }
+        None => Err(TransientError::Source("pipeline stopped".into()).into()),
+    }
+}
+
+/// A transaction whose Redis writes are done and whose events are in flight.
+struct Pending {
+    position: SourcePosition,
+    deliveries: Vec<(String, DeliveryFuture)>,
+}
+
+async fn apply_loop(
+    mapper: Arc<Mapper>,
+    redis: RedisConn,
+    kafka: Arc<KafkaSink>,
+    mut rx: mpsc::Receiver<Transaction>,
+    acks: mpsc::Sender<Pending>,
+    stats: Arc<Stats>,
+) -> Result<(), Error> {
+    let mut changes: Vec<KeyChange> = Vec::new();
+    while let Some(txn) = rx.recv().await {
+        changes.clear();
+        for row in &txn.rows {
+            mapper.map_row(row, &mut changes);
+        }
+        let mut deliveries = Vec::with_capacity(changes.len());
+        if !changes.is_empty() {
+            let versions = redis.apply_all(&changes).await?;
+            for (ch, version) in changes.iter().zip(versions) {
+                let ev = InvalidationEvent {
+                    schema: EVENT_SCHEMA_VERSION,
+                    key: ch.key.clone(),
+                    version,
+                    op: ch.op,
+                    table: ch.table.to_string(),
+                    position: txn.position.clone(),
+                    commit_time_ms: txn.commit_time_ms,
+                    publish_time_ms: crate::now_ms(),
+                };
+                deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
+            }
+            stats.key_changes.fetch_add(changes.len() as u64, Relaxed);
+        }
+        stats.transactions.fetch_add(1, Relaxed);
+        if acks.send(Pending { position: txn.position, deliveries }).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn checkpoint_loop(
+    store: Arc<Mutex<CheckpointStoreImpl>>,
+    mut rx: mpsc::Receiver<Pending>,
+    mut gtids: GtidState,
+    interval: Duration,
+    stats: Arc<Stats>,
+) -> Result<(), Error> {
+    let mut acked: Option<SourcePosition> = None;
+    let mut last_save = Instant::now();
+    let mut dirty = false;
+    let mut failure: Option<Error> = None;
+    'outer: loop {
+        let next = if dirty {
+            let deadline = last_save + interval;
+            match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+                    last_save = Instant::now();
+                    dirty = false;
+                    continue;
+                }
+            }
+        } else {
+            rx.recv().await
+        };
+        let Some(p) = next else { break };
+        for (key, d) in p.deliveries {
+            match d.await {
+                Ok(Ok(_)) => {
+                    stats.events_acked.fetch_add(1, Relaxed);
+                }
+                Ok(Err((e, _))) => {
+                    failure = Some(TransientError::Kafka(format!("delivery of event for key {key} failed: {e}")).into());
+                    break 'outer;
+                }
+                Err(_) => {
+                    failure = Some(TransientError::Kafka(format!("delivery of event for key {key} was cancelled")).into());
+                    break 'outer;
+                }
+            }
+        }
+        if let Some(g) = &p.position.gtid {
+            gtids.record(g);
+        }
+        *stats.acked.lock().unwrap() = Some(p.position.clone());
+        acked = Some(p.position);
+        dirty = true;
+        if last_save.elapsed() >= interval {
+            save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+            last_save = Instant::now();
+            dirty = false;
+        }
+    }
+    if let (true, Some(a)) = (dirty, acked.as_ref()) {
+        save(&store, a, &gtids, &stats).await;
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, stats: &Stats) {
+    let cp = checkpoint_at(pos, gtids);
+    match store.lock().await.save(&cp).await {
+        Ok(()) => {
+            stats.checkpoints.fetch_add(1, Relaxed);
+            tracing::debug!(file = %cp.file, pos = cp.pos, "checkpoint saved");
+        }
+        // A failed save only means a restart re-applies more; the next save retries.
+        Err(e) => tracing::warn!(error = %e, "checkpoint save failed; will retry"),
+    }
+}
+
+async fn progress_log(stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {
+    let mut last = (u64::MAX, 0u64);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+            _ = shutdown.wait_for(|v| *v) => return,
+        }
+        let now = (stats.transactions.load(Relaxed), stats.events_acked.load(Relaxed));
+        if now != last {
+            let acked = stats.acked.lock().unwrap().clone();
+            tracing::info!(
+                transactions = now.0,
+                rows = stats.source.rows.load(Relaxed),
+                key_changes = stats.key_changes.load(Relaxed),
+                events_acked = now.1,
+                acked = %acked.map(|p| format!("{}:{}", p.file, p.pos)).unwrap_or_default(),
+                "progress"
+            );
+            last = now;
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Source stage: the replica connection to the MySQL/MariaDB primary.
+//!
+//! * Preflight: refuses to start unless `binlog_format=ROW`, `binlog_row_image=FULL` and
+//!   `binlog_row_metadata=FULL` (the decoder needs full images and column names), naming the
+//!   setting to change.
+//! * Start: from the saved checkpoint, else from `source.start` (current position, `FILE:POS`,
+//!   or a MariaDB GTID position via `@slave_connect_state`).
+//! * Announces itself with `source.server_id`, asks for a heartbeat every
+//!   `source.heartbeat_ms` (`@master_heartbeat_period`, nanoseconds), and declares MariaDB GTID
+//!   capability (`@mariadb_slave_capability=4`) so MariaDB sends its GTID events.
+//! * A connection silent for three heartbeat periods is treated as half-open and dropped.
+//! * Reconnects with exponential backoff (backoff crate) from the end of the last complete
+//!   transaction it passed on; a partial transaction is discarded and read again.
+//!
+//! Events are read with mysql_async's binlog stream and mysql_common's event parser. MariaDB's
+//! own GTID event (type 162) is not parsed by mysql_common 0.37, so binval reads its fixed
+//! 13-byte body (seq_no u64 LE, domain_id u32 LE, flags u8; MariaDB `Gtid_log_event`) itself.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backoff::backoff::Backoff;
+use binval_protocol::SourcePosition;
+use futures::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStreamRequest, Conn, Opts};
+use mysql_common::binlog::events::EventData;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{SourceConfig, StartPosition};
+use crate::decode::{decode_rows, TableSchema};
+use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
+use crate::mapping::Mapper;
+use crate::txn::{Assembler, Boundary, Transaction};
+
+/// MariaDB GTID_EVENT type code.
+const MARIADB_GTID_EVENT: u8 = 162;
+/// MariaDB Gtid_log_event flag: the group is one statement with no COMMIT.
+const MARIADB_FL_STANDALONE: u8 = 1;
+
+/// Where the source begins reading.
+#[derive(Debug, Clone)]
+pub enum Resume {
+    /// A binlog position (from a checkpoint or `FILE:POS`).
+    FilePos(SourcePosition),
+    /// A MariaDB GTID position.
+    Gtid(String),
+}
+
+impl std::fmt::Display for Resume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resume::FilePos(p) => write!(f, "{}:{}", p.file, p.pos),
+            Resume::Gtid(g) => write!(f, "gtid {g}"),
+        }
+    }
+}
+
+/// What the server says about itself.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// `@@version`.
+    pub version: String,
+    /// True for MariaDB.
+    pub mariadb: bool,
+    /// `@@binlog_checksum` is not NONE.
+    pub checksum: bool,
+    /// Current binlog file and position (SHOW MASTER STATUS).
+    pub current: SourcePosition,
+}
+
+/// Connect with the configured URL.
+pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
+    let opts = Opts::from_url(&cfg.url).map_err(|e| {
+        DefiniteError::Config(crate::config::ConfigError::Invalid {
+            path: "config".into(),
+            field: "source.url".into(),
+            reason: e.to_string(),
+        })
+    })?;
+    Conn::new(opts).await.map_err(|e| classify_mysql(e, "connect"))
+}
+
+/// Check the settings binval needs and read where the binlog is now.
+pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
+    let q = |e| classify_mysql(e, "preflight");
+    let row: Option<(String, String, String, Option<String>, Option<String>)> = conn
+        .query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata")
+        .await
+        .or_else(|e| match &e {
+            // MySQL < 8.0.1 has no binlog_row_metadata.
+            mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
+            _ => Err(e),
+        })
+        .map_err(q)?;
+    let Some((version, format, image, checksum, metadata)) = row else {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: "unsupported by this server".into(), want: "FULL" }.into());
+    };
+    let log_bin: Option<String> = conn.query_first("SELECT @@log_bin").await.map_err(q)?;
+    if log_bin.as_deref() != Some("1") && log_bin.as_deref() != Some("ON") {
+        return Err(DefiniteError::SourceSetting { setting: "log_bin", found: log_bin.unwrap_or_default(), want: "ON" }.into());
+    }
+    if !format.eq_ignore_ascii_case("ROW") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_format", found: format, want: "ROW" }.into());
+    }
+    if !image.eq_ignore_ascii_case("FULL") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_row_image", found: image, want: "FULL" }.into());
+    }
+    let metadata = metadata.unwrap_or_default();
+    if !metadata.eq_ignore_ascii_case("FULL") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: metadata, want: "FULL" }.into());
+    }
+    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
+    let status = status.ok_or_else(|| DefiniteError::SourceSetting { setting: "log_bin", found: "no binlog (SHOW MASTER STATUS is empty)".into(), want: "ON" })?;
+    let file: String = status.get(0).unwrap_or_default();
+    let pos: u64 = status.get(1).unwrap_or_default();
+    Ok(ServerInfo {
+        mariadb: version.to_ascii_lowercase().contains("mariadb"),
+        version,
+        checksum: !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"),
+        current: SourcePosition { file, pos, gtid: None },
+    })
+}
+
+/// Binlog files the server still has (SHOW BINARY LOGS).
+pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOGS"))?;
+    Ok(rows.into_iter().map(|r| r.get::<String, _>(0).unwrap_or_default()).collect())
+}
+
+/// Decide the first position: checkpoint, else the configured start.
+pub fn initial_resume(checkpoint: Option<SourcePosition>, start: &StartPosition, info: &ServerInfo) -> Resume {
+    match (checkpoint, start) {
+        (Some(p), _) => Resume::FilePos(p),
+        (None, StartPosition::Current) => Resume::FilePos(info.current.clone()),
+        (None, StartPosition::FilePos { file, pos }) => Resume::FilePos(SourcePosition { file: file.clone(), pos: *pos, gtid: None }),
+        (None, StartPosition::Gtid(g)) => Resume::Gtid(g.clone()),
+    }
+}
+
+/// Counters the source shares with the progress log.
+#[derive(Debug, Default)]
+pub struct SourceStats {
+    /// Binlog events read.
+    pub events: std::sync::atomic::AtomicU64,
+    /// Row changes of mapped tables decoded.
+    pub rows: std::sync::atomic::AtomicU64,
+    /// Reconnects after a failure.
+    pub reconnects: std::sync::atomic::AtomicU64,
+}
+
+/// Run the source until `shutdown` turns true or a definite error: read, decode, assemble, and
+/// send committed transactions to `out` in commit order. Transient failures reconnect with
+/// backoff from the last transaction sent.
+pub async fn run(
+    cfg: SourceConfig,
+    mapper: Arc<Mapper>,
+    mut resume: Resume,
+    out: mpsc::Sender<Transaction>,
+    mut shutdown: watch::Receiver<bool>,
+    stats: Arc<SourceStats>,
+) -> Result<(), Error> {
+    let mut backoff = backoff::ExponentialBackoffBuilder::new()
+        .with_initial_interval(Duration::from_millis(100))
+        .with_max_interval(Duration::from_millis(cfg.reconnect_max_ms))
+        .with_max_elapsed_time(None)
+        .build();
+    loop {
+        let started = std::time::Instant::now();
+        let r = read_once(&cfg, &mapper, &mut resume, &out, &mut shutdown, &stats).await;
+        match r {
+            Ok(()) => return Ok(()),
+            Err(Error::Transient(e)) => {
+                if started.elapsed() > Duration::from_secs(10) {
+                    backoff.reset();
+                }
+                let wait = backoff.next_backoff().unwrap_or(Duration::from_millis(cfg.reconnect_max_ms));
+                stats.reconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(error = %e, resume = %resume, wait_ms = wait.as_millis() as u64, "source connection lost; reconnecting");
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn read_once(
+    cfg: &SourceConfig,
+    mapper: &Mapper,
+    resume: &mut Resume,
+    out: &mpsc::Sender<Transaction>,
+    shutdown: &mut watch::Receiver<bool>,
+    stats: &SourceStats,
+) -> Result<(), Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut conn = connect(cfg).await?;
+    let info = preflight(&mut conn).await?;
+    if let Resume::FilePos(p) = &*resume {
+        let logs = binary_logs(&mut conn).await?;
+        if !logs.iter().any(|l| l == &p.file) {
+            return Err(DefiniteError::PositionGone {
+                position: format!("{}:{}", p.file, p.pos),
+                message: format!("file {} is not among the server's binary logs ({})", p.file, logs.join(", ")),
+            }
+            .into());
+        }
+    }
+    let heartbeat_ns = cfg.heartbeat_ms * 1_000_000;
+    conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}")).await.map_err(|e| classify_mysql(e, "setup"))?;
+    if info.mariadb {
+        conn.query_drop("SET @mariadb_slave_capability = 4").await.map_err(|e| classify_mysql(e, "setup"))?;
+    }
+    let mut file = String::new();
+    let position_text = resume.to_string();
+    let mut req = BinlogStreamRequest::new(cfg.server_id);
+    let fname;
+    match &*resume {
+        Resume::FilePos(p) => {
+            fname = p.file.clone().into_bytes();
+            req = req.with_filename(&fname).with_pos(p.pos);
+            file = p.file.clone();
+        }
+        Resume::Gtid(g) => {
+            if !info.mariadb {
+                return Err(DefiniteError::SourceRefused("a gtid: start needs MariaDB; for MySQL use FILE:POS".into()).into());
+            }
+            conn.query_drop(format!("SET @slave_connect_state = '{g}'")).await.map_err(|e| classify_mysql(e, "setup"))?;
+            conn.query_drop("SET @slave_gtid_strict_mode = 0").await.map_err(|e| classify_mysql(e, "setup"))?;
+        }
+    }
+    tracing::info!(server = %info.version, from = %position_text, server_id = cfg.server_id, "replica connection open");
+    let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &position_text))?;
+
+    let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
+    let mut tables: HashMap<u64, Arc<TableSchema>> = HashMap::new();
+    let mut asm = Assembler::new();
+    let mut seen_fde = false;
+    loop {
+        let next = tokio::select! {
+            r = tokio::time::timeout(silent_limit, stream.next()) => r,
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let ev = match next {
+            Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
+            Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
+            Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}"))),
+            Ok(Some(Ok(ev))) => ev,
+        };
+        stats.events.fetch_add(1, Relaxed);
+        let header = ev.header();
+        let here = |file: &str| SourcePosition { file: file.to_string(), pos: header.log_pos() as u64, gtid: None };
+        let at = || format!("{}:{}", file, header.log_pos());
+        if header.event_type_raw() == MARIADB_GTID_EVENT {
+            let d = ev.data();
+            if d.len() < 13 {
+                return Err(TransientError::Source(format!("short MariaDB GTID event at {}", at())).into());
+            }
+            let seq = u64::from_le_bytes(d[0..8].try_into().unwrap());
+            let domain = u32::from_le_bytes(d[8..12].try_into().unwrap());
+            let flags = d[12];
+            let gtid = format!("{domain}-{}-{seq}", header.server_id());
+            asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: flags & MARIADB_FL_STANDALONE != 0 });
+            continue;
+        }
+        let data = match ev.read_data() {
+            Ok(Some(d)) => d,
+            Ok(None) => continue, // event type mysql_common does not know (MariaDB 160-171 ...)
+            Err(e) => return Err(TransientError::Source(format!("unreadable event at {}: {e}", at())).into()),
+        };
+        let finished = match data {
+            EventData::RotateEvent(r) => {
+                let mut name = r.name_raw().to_vec();
+                if !seen_fde && info.checksum && header.log_pos() == 0 && name.len() > 4 {
+                    // The stream's first (fake) ROTATE is parsed before the FORMAT_DESCRIPTION
+                    // that announces checksums, so its name carries the 4 CRC32 bytes.
+                    name.truncate(name.len() - 4);
+                }
+                file = String::from_utf8_lossy(&name).into_owned();
+                None
+            }
+            EventData::FormatDescriptionEvent(_) => {
+                seen_fde = true;
+                None
+            }
+            EventData::TableMapEvent(tme) => {
+                let id = tme.table_id();
+                if mapper.is_mapped(&tme.database_name(), &tme.table_name()) {
+                    let schema = TableSchema::from_table_map(tme.into_owned())
+                        .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                    tables.insert(id, Arc::new(schema));
+                } else {
+                    tables.remove(&id);
+                }
+                None
+            }
+            EventData::RowsEvent(rows) => {
+                if let Some(t) = tables.get(&rows.table_id()) {
+                    let mut out_rows = Vec::new();
+                    decode_rows(t, &rows, &mut out_rows).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                    stats.rows.fetch_add(out_rows.len() as u64, Relaxed);
+                    asm.push_rows(out_rows);
+                }
+                None
+            }
+            EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() }),
+            EventData::GtidEvent(g) => {
+                let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
+                asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
+                None
+            }
+            EventData::QueryEvent(q) => {
+                let text = q.query();
+                let t = text.trim();
+                if t.eq_ignore_ascii_case("BEGIN") {
+                    asm.boundary(Boundary::Begin { gtid: None, standalone: false })
+                } else if t.eq_ignore_ascii_case("COMMIT") {
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                } else if t.eq_ignore_ascii_case("ROLLBACK") {
+                    asm.boundary(Boundary::Rollback)
+                } else {
+                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: header.timestamp() })
+                }
+            }
+            _ => None,
+        };
+        if let Some(txn) = finished {
+            let pos = txn.position.clone();
+            tokio::select! {
+                r = out.send(txn) => if r.is_err() { return Ok(()) },
+                _ = shutdown.changed() => return Ok(()),
+            }
+            *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
+        }
+    }
+}
+
+fn uuid_text(sid: &[u8; 16]) -> String {
+    let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}

@@ -1,0 +1,158 @@
+//! Transaction stage: groups decoded row changes by transaction and passes a transaction on
+//! only when its commit (XID event, or a `COMMIT` query for non-transactional tables) has been
+//! read. A transaction cut short by a dropped connection is discarded; the source resumes at
+//! the end of the last complete one, so its rows are read again.
+//!
+//! Boundaries: MariaDB starts a transaction with its GTID event (type 162) — with the
+//! `FL_STANDALONE` flag, the group is a single statement (DDL) with no commit event; MySQL
+//! writes a GTID (33) or ANONYMOUS_GTID (34) event, then a `BEGIN` query.
+
+use binval_protocol::SourcePosition;
+
+use crate::decode::RowChange;
+
+/// A committed transaction, in binlog commit order.
+#[derive(Debug, Clone, Default)]
+pub struct Transaction {
+    /// Position just after the commit event: where a restart resumes.
+    pub position: SourcePosition,
+    /// Commit time from the commit event header, Unix ms (whole seconds).
+    pub commit_time_ms: u64,
+    /// Row changes of mapped tables, in binlog order. Empty for transactions that touched no
+    /// mapped table; they still move the checkpoint.
+    pub rows: Vec<RowChange>,
+}
+
+/// What the assembler was told about an event.
+#[derive(Debug)]
+pub enum Boundary {
+    /// A transaction starts (GTID event or `BEGIN`). `standalone`: MariaDB FL_STANDALONE, the next
+    /// statement is the whole group.
+    Begin { gtid: Option<String>, standalone: bool },
+    /// Commit read (XID or `COMMIT`), with the end position and header time (s).
+    Commit { end: SourcePosition, timestamp_s: u32 },
+    /// `ROLLBACK` query: drop what was collected.
+    Rollback,
+    /// A statement outside any transaction (DDL) ended at `end`.
+    Statement { end: SourcePosition, timestamp_s: u32 },
+}
+
+/// Collects row changes of the open transaction.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    open: bool,
+    standalone: bool,
+    gtid: Option<String>,
+    rows: Vec<RowChange>,
+}
+
+impl Assembler {
+    /// An assembler with no open transaction.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add decoded rows to the open transaction (rows outside one are kept too: MySQL 5.x
+    /// binlogs may carry row events for non-transactional tables between BEGIN/COMMIT only).
+    pub fn push_rows(&mut self, rows: impl IntoIterator<Item = RowChange>) {
+        self.rows.extend(rows);
+    }
+
+    /// Rows held right now (for memory accounting).
+    pub fn held_rows(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// True inside a transaction.
+    pub fn in_transaction(&self) -> bool {
+        self.open
+    }
+
+    /// Feed a boundary; returns a finished transaction on commit or on the end of a
+    /// standalone statement.
+    pub fn boundary(&mut self, b: Boundary) -> Option<Transaction> {
+        match b {
+            Boundary::Begin { gtid, standalone } => {
+                if gtid.is_some() {
+                    self.gtid = gtid;
+                }
+                self.open = true;
+                self.standalone = standalone;
+                None
+            }
+            Boundary::Rollback => {
+                self.reset();
+                None
+            }
+            Boundary::Commit { end, timestamp_s } => Some(self.finish(end, timestamp_s)),
+            Boundary::Statement { end, timestamp_s } => {
+                if self.open && !self.standalone {
+                    // A statement inside a transaction (e.g. SAVEPOINT): not a boundary.
+                    return None;
+                }
+                Some(self.finish(end, timestamp_s))
+            }
+        }
+    }
+
+    /// Forget a partial transaction (after a dropped connection).
+    pub fn reset(&mut self) {
+        self.open = false;
+        self.standalone = false;
+        self.gtid = None;
+        self.rows.clear();
+    }
+
+    fn finish(&mut self, mut end: SourcePosition, timestamp_s: u32) -> Transaction {
+        end.gtid = self.gtid.take();
+        let rows = std::mem::take(&mut self.rows);
+        self.open = false;
+        self.standalone = false;
+        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::{RowChange, RowKind};
+
+    fn row() -> RowChange {
+        RowChange { table: "a.b".into(), kind: RowKind::Insert, before: None, after: Some(Default::default()) }
+    }
+    fn pos(p: u64) -> SourcePosition {
+        SourcePosition { file: "f".into(), pos: p, gtid: None }
+    }
+
+    #[test]
+    fn commit_passes_rows_on() {
+        let mut a = Assembler::new();
+        assert!(a.boundary(Boundary::Begin { gtid: Some("0-1-5".into()), standalone: false }).is_none());
+        a.push_rows([row(), row()]);
+        let t = a.boundary(Boundary::Commit { end: pos(100), timestamp_s: 3 }).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.position.gtid.as_deref(), Some("0-1-5"));
+        assert_eq!(t.commit_time_ms, 3000);
+        assert!(!a.in_transaction());
+    }
+
+    #[test]
+    fn rollback_drops_rows() {
+        let mut a = Assembler::new();
+        a.boundary(Boundary::Begin { gtid: None, standalone: false });
+        a.push_rows([row()]);
+        a.boundary(Boundary::Rollback);
+        assert_eq!(a.held_rows(), 0);
+    }
+
+    #[test]
+    fn statement_inside_txn_is_not_a_boundary() {
+        let mut a = Assembler::new();
+        a.boundary(Boundary::Begin { gtid: None, standalone: false });
+        assert!(a.boundary(Boundary::Statement { end: pos(5), timestamp_s: 0 }).is_none());
+        let mut a = Assembler::new();
+        a.boundary(Boundary::Begin { gtid: Some("0-1-9".into()), standalone: true });
+        let t = a.boundary(Boundary::Statement { end: pos(9), timestamp_s: 0 }).unwrap();
+        assert_eq!(t.position.gtid.as_deref(), Some("0-1-9"));
+    }
+}
