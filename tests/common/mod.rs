@@ -1,0 +1,216 @@
+//! Shared helpers of binval's integration tests: each test gets its own database, topic, key
+//! prefix, source name and server_id on the shared real services of `binval-testkit`.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use binval::config::Config;
+use binval_protocol::InvalidationEvent;
+use mysql_async::prelude::Queryable;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, TopicPartitionList};
+use tokio::sync::watch;
+
+pub use binval_testkit as tk;
+
+/// Which Redis a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RedisKind {
+    Standalone,
+    Cluster,
+}
+
+/// One test's isolated slice of the shared services.
+pub struct Env {
+    pub db: String,
+    pub topic: String,
+    pub prefix: String,
+    pub source_name: String,
+    pub server_id: u32,
+    pub redis: RedisKind,
+}
+
+static SERVER_IDS: AtomicU32 = AtomicU32::new(0);
+
+impl Env {
+    pub fn new(name: &str, redis: RedisKind) -> Env {
+        let db = tk::mariadb().create_database(name).expect("create database");
+        let unique = tk::unique_name(name);
+        let topic = format!("binval_{unique}");
+        tk::broker().create_topic(&topic, 3).expect("create topic");
+        let n = SERVER_IDS.fetch_add(1, Ordering::Relaxed);
+        Env {
+            db,
+            topic,
+            prefix: unique.clone(),
+            source_name: unique,
+            server_id: 10_000 + (std::process::id() % 10_000) * 100 + n,
+            redis,
+        }
+    }
+
+    /// SQL as root, through a fresh mysql_async connection (so timings are those of an app).
+    pub async fn conn(&self) -> mysql_async::Conn {
+        let url = format!("{}/{}", tk::mariadb().root_url(), self.db);
+        mysql_async::Conn::from_url(url).await.expect("connect to mariadb")
+    }
+
+    pub async fn exec(&self, sql: &str) {
+        let mut c = self.conn().await;
+        c.query_drop(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        c.disconnect().await.ok();
+    }
+
+    /// Current binlog position as `file:pos`.
+    pub async fn binlog_now(&self) -> String {
+        let mut c = self.conn().await;
+        let row: mysql_async::Row = c.query_first("SHOW MASTER STATUS").await.unwrap().unwrap();
+        let f: String = row.get(0).unwrap();
+        let p: u64 = row.get(1).unwrap();
+        c.disconnect().await.ok();
+        format!("{f}:{p}")
+    }
+
+    pub fn redis_section(&self) -> String {
+        match self.redis {
+            RedisKind::Standalone => format!("mode = \"standalone\"\nurls = [\"{}\"]", tk::redis().url()),
+            RedisKind::Cluster => {
+                let urls: Vec<String> = tk::redis_cluster().urls().iter().map(|u| format!("\"{u}\"")).collect();
+                format!("mode = \"cluster\"\nurls = [{}]", urls.join(", "))
+            }
+        }
+    }
+
+    /// A config TOML with `mappings` appended verbatim; `{db}` and `{p}` in it are replaced by
+    /// the database name and key prefix.
+    pub fn config_toml(&self, start: &str, mappings: &str) -> String {
+        let m = mappings.replace("{db}", &self.db).replace("{p}", &self.prefix);
+        format!(
+            r#"
+[source]
+name = "{name}"
+url = "{url}"
+server_id = {sid}
+heartbeat_ms = 500
+start = "{start}"
+reconnect_max_ms = 2000
+
+[redis]
+{redis}
+
+[kafka]
+brokers = "{brokers}"
+topic = "{topic}"
+create_topic = false
+[kafka.properties]
+"linger.ms" = "0"
+
+[checkpoint]
+interval_ms = 200
+
+{m}
+"#,
+            name = self.source_name,
+            url = tk::mariadb().repl_url(),
+            sid = self.server_id,
+            redis = self.redis_section(),
+            brokers = tk::broker().bootstrap(),
+            topic = self.topic,
+        )
+    }
+
+    pub fn config(&self, start: &str, mappings: &str) -> Config {
+        Config::from_toml(&self.config_toml(start, mappings)).expect("test config is valid")
+    }
+
+    pub fn redis_client(&self) -> RedisClient {
+        match self.redis {
+            RedisKind::Standalone => RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap()),
+            RedisKind::Cluster => RedisClient::Cluster(redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap()),
+        }
+    }
+}
+
+pub enum RedisClient {
+    Standalone(redis::Connection),
+    Cluster(redis::cluster::ClusterConnection),
+}
+
+impl RedisClient {
+    pub fn get(&mut self, key: &str) -> Option<String> {
+        let cmd = redis::cmd("GET").arg(key).clone();
+        match self {
+            RedisClient::Standalone(c) => cmd.query(c).unwrap(),
+            RedisClient::Cluster(c) => cmd.query(c).unwrap(),
+        }
+    }
+    pub fn version(&mut self, key: &str) -> u64 {
+        self.get(&format!("{key}:ver")).map(|v| v.parse().unwrap()).unwrap_or(0)
+    }
+    pub fn replicas(&mut self, key: &str, n: u32) -> Vec<Option<String>> {
+        (0..n).map(|i| self.get(&format!("{key}:r{i}"))).collect()
+    }
+    /// Poll until `key:ver` reaches `v` (or 20 s pass; then return what it is).
+    pub fn wait_version(&mut self, key: &str, v: u64) -> u64 {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = self.version(key);
+            if now >= v || Instant::now() > until {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A pipeline running in this process.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    handle: tokio::task::JoinHandle<Result<(), binval::error::Error>>,
+    pub stats: Arc<binval::pipeline::Stats>,
+}
+
+pub fn start(cfg: Config) -> Running {
+    let (tx, rx) = watch::channel(false);
+    let stats = Arc::new(binval::pipeline::Stats::default());
+    let handle = tokio::spawn(binval::pipeline::run(cfg, rx, stats.clone()));
+    Running { stop: tx, handle, stats }
+}
+
+impl Running {
+    /// Graceful stop; panics if the pipeline failed.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("pipeline stops within 30 s").unwrap().expect("pipeline ended cleanly");
+    }
+}
+
+/// Read every event of `topic` from the beginning until `want` events arrived or 20 s passed.
+pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", tk::broker().bootstrap())
+        .set("group.id", tk::unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
+    let parts = md.topics()[0].partitions().len() as i32;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..parts {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let until = Instant::now() + Duration::from_secs(20);
+    while out.len() < want && Instant::now() < until {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            let ev = InvalidationEvent::from_json(m.payload().unwrap()).expect("event parses");
+            assert_eq!(m.key().unwrap(), ev.key.as_bytes(), "Kafka message key is the logical key");
+            out.push(ev);
+        }
+    }
+    out
+}

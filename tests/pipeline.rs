@@ -1,0 +1,230 @@
+//! End to end on real services: MariaDB binlog -> binval pipeline -> Redis replicas + version
+//! tokens -> Kafka invalidation events.
+
+mod common;
+
+use std::time::Duration;
+
+use binval_protocol::Op;
+use common::*;
+use serde_json::json;
+
+const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2), stock MEDIUMINT, updated DATETIME(3), note TEXT)";
+
+fn items_mapping(replicas: u32) -> String {
+    format!("[[mappings]]\ntable = \"{{db}}.items\"\nkeys = [\"{{p}}:item:{{id}}\"]\nreplicas = {replicas}\n")
+}
+
+fn block<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+async fn insert_update_delete(kind: RedisKind) {
+    let env = Env::new("iud", kind);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(4));
+    let key = format!("{}:item:1", env.prefix);
+    let mut r = env.redis_client();
+
+    env.exec("INSERT INTO items VALUES (1, 'héllo wörld', 9.90, -5, '2026-11-30 12:34:56.789', NULL)").await;
+    assert_eq!(block(|| r.wait_version(&key, 1)), 1);
+    let want = json!({"id": 1, "title": "héllo wörld", "price": "9.90", "stock": -5, "updated": "2026-11-30 12:34:56.789", "note": null});
+    for (i, v) in block(|| r.replicas(&key, 4)).into_iter().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(&v.unwrap_or_else(|| panic!("replica r{i} missing"))).unwrap();
+        assert_eq!(v, want, "replica r{i}");
+    }
+
+    env.exec("UPDATE items SET price = 12.50, stock = 8388607 WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&key, 2)), 2);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{key}:r3"))).unwrap()).unwrap();
+    assert_eq!(v["price"], json!("12.50"));
+    assert_eq!(v["stock"], json!(8388607));
+
+    env.exec("DELETE FROM items WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&key, 3)), 3);
+    assert_eq!(block(|| r.replicas(&key, 4)), vec![None, None, None, None], "a delete removes every replica");
+
+    let events = block(|| read_events(&env.topic, 3));
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert_eq!(events.iter().map(|e| (e.version, e.op)).collect::<Vec<_>>(), vec![(1, Op::Insert), (2, Op::Update), (3, Op::Delete)]);
+    for e in &events {
+        assert_eq!(e.schema, 1);
+        assert_eq!(e.key, key);
+        assert_eq!(e.table, format!("{}.items", env.db));
+        assert!(e.position.file.starts_with("mysql-bin."), "{:?}", e.position);
+        assert!(e.position.pos > 4);
+        let gtid = e.position.gtid.as_deref().expect("MariaDB writes a GTID per transaction");
+        assert_eq!(gtid.split('-').count(), 3, "domain-server-seq: {gtid}");
+        assert!(e.commit_time_ms > 1_700_000_000_000 && e.commit_time_ms % 1000 == 0);
+        assert!(e.publish_time_ms + 1 >= e.commit_time_ms, "published after commit second");
+        assert!(e.publish_time_ms <= binval::now_ms());
+    }
+    assert!(events[0].position.pos < events[1].position.pos || events[0].position.file < events[1].position.file);
+    run.stop().await;
+}
+
+fn start_pipeline(env: &Env, start: &str, mappings: &str) -> Running {
+    common::start(env.config(start, mappings))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_insert_update_delete() {
+    insert_update_delete(RedisKind::Standalone).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_insert_update_delete() {
+    insert_update_delete(RedisKind::Cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_replicas_spread_over_masters() {
+    let env = Env::new("spread", RedisKind::Cluster);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(8));
+    let key = format!("{}:item:6666", env.prefix);
+    env.exec("INSERT INTO items (id, title) VALUES (6666, 'hot')").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&key, 1)), 1);
+    // Ask each master directly which replicas it holds (a key of another master answers MOVED).
+    let mut masters_holding = 0;
+    let mut total = 0;
+    for url in tk::redis_cluster().urls() {
+        let mut c = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+        let mut here = 0;
+        for i in 0..8 {
+            let rk = format!("{key}:r{i}");
+            let res: redis::RedisResult<i64> = redis::cmd("EXISTS").arg(&rk).query(&mut c);
+            if res == Ok(1) {
+                here += 1;
+            }
+        }
+        total += here;
+        if here > 0 {
+            masters_holding += 1;
+        }
+    }
+    assert_eq!(total, 8, "all 8 replicas exist");
+    assert!(masters_holding > 1, "8 replicas of one key landed on {masters_holding} master(s)");
+    println!("replicas of {key} spread over {masters_holding} of 3 masters");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_column_update_moves_the_key() {
+    let env = Env::new("keymove", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    env.exec("INSERT INTO items (id, title) VALUES (1, 'a')").await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(2));
+    env.exec("UPDATE items SET id = 2 WHERE id = 1").await;
+    let (old, new) = (format!("{}:item:1", env.prefix), format!("{}:item:2", env.prefix));
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&new, 1)), 1);
+    assert_eq!(block(|| r.wait_version(&old, 1)), 1, "old key's token bumped too");
+    assert_eq!(block(|| r.replicas(&old, 2)), vec![None, None]);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{new}:r1"))).unwrap()).unwrap();
+    assert_eq!(v["id"], json!(2));
+    assert_eq!(v["title"], json!("a"));
+    let mut events = block(|| read_events(&env.topic, 2));
+    events.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(events.iter().map(|e| (e.key.as_str(), e.op)).collect::<Vec<_>>(), vec![(old.as_str(), Op::Delete), (new.as_str(), Op::Insert)]);
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_row_transaction_in_commit_order_and_rollback_changes_nothing() {
+    let env = Env::new("txn", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    let mut c = env.conn().await;
+    use mysql_async::prelude::Queryable;
+    c.query_drop("BEGIN").await.unwrap();
+    c.query_drop("INSERT INTO items (id, title) VALUES (1, 'rolled back')").await.unwrap();
+    c.query_drop("ROLLBACK").await.unwrap();
+    c.query_drop("BEGIN").await.unwrap();
+    c.query_drop("INSERT INTO items (id, title) VALUES (2, 'first'), (3, 'x')").await.unwrap();
+    c.query_drop("UPDATE items SET title = 'second' WHERE id = 2").await.unwrap();
+    c.query_drop("UPDATE items SET title = 'third' WHERE id = 2").await.unwrap();
+    c.query_drop("COMMIT").await.unwrap();
+    c.disconnect().await.ok();
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&k(2), 3)), 3, "three changes of key 2 -> version 3");
+    assert_eq!(block(|| r.version(&k(3))), 1);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{}:r0", k(2)))).unwrap()).unwrap();
+    assert_eq!(v["title"], json!("third"), "last change in commit order wins");
+    assert_eq!(block(|| r.version(&k(1))), 0, "rolled-back row never reached Redis");
+    assert_eq!(block(|| r.get(&format!("{}:r0", k(1)))), None);
+    let events = block(|| read_events(&env.topic, 4));
+    let key2: Vec<u64> = events.iter().filter(|e| e.key == k(2)).map(|e| e.version).collect();
+    assert_eq!(key2, vec![1, 2, 3], "per-key events in commit order");
+    assert!(events.iter().all(|e| e.key != k(1)));
+    let positions: std::collections::HashSet<_> = events.iter().map(|e| e.position.clone()).collect();
+    assert_eq!(positions.len(), 1, "one transaction, one position");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmapped_tables_cause_no_writes() {
+    let env = Env::new("unmapped", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    env.exec("CREATE TABLE other (id INT PRIMARY KEY, v INT)").await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    env.exec("INSERT INTO other VALUES (1, 1), (2, 2)").await;
+    env.exec("UPDATE other SET v = 3").await;
+    env.exec("INSERT INTO items (id) VALUES (99)").await; // marker, committed after the others
+    let mut r = env.redis_client();
+    let marker = format!("{}:item:99", env.prefix);
+    assert_eq!(block(|| r.wait_version(&marker, 1)), 1);
+    let keys: Vec<String> = match &mut r {
+        RedisClient::Standalone(c) => redis::cmd("KEYS").arg(format!("{}:*", env.prefix)).query(c).unwrap(),
+        RedisClient::Cluster(_) => unreachable!(),
+    };
+    let mut keys = keys;
+    keys.sort();
+    assert_eq!(keys, vec![format!("{marker}:r0"), format!("{marker}:ver")]);
+    let events = block(|| read_events(&env.topic, 2));
+    assert_eq!(events.len(), 1, "only the mapped table produced an event: {events:?}");
+    assert!(run.stats.source.rows.load(std::sync::atomic::Ordering::Relaxed) == 1, "unmapped rows are not decoded");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_between_changes_misses_nothing() {
+    let env = Env::new("restart", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let mapping = items_mapping(2);
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let mut r = env.redis_client();
+
+    let run = start_pipeline(&env, &start, &mapping);
+    env.exec("INSERT INTO items (id, title) VALUES (1, 'before stop')").await;
+    assert_eq!(block(|| r.wait_version(&k(1), 1)), 1);
+    run.stop().await;
+
+    // Changes while binval is down.
+    env.exec("INSERT INTO items (id, title) VALUES (2, 'while down')").await;
+    env.exec("UPDATE items SET title = 'changed while down' WHERE id = 1").await;
+
+    // The configured start is ignored now: the checkpoint wins.
+    let run = start_pipeline(&env, &start, &mapping);
+    assert_eq!(block(|| r.wait_version(&k(2), 1)), 1);
+    assert_eq!(block(|| r.wait_version(&k(1), 2)), 2, "exactly one more change of key 1: nothing re-applied, nothing missed");
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{}:r1", k(1)))).unwrap()).unwrap();
+    assert_eq!(v["title"], json!("changed while down"));
+    env.exec("INSERT INTO items (id) VALUES (3)").await;
+    assert_eq!(block(|| r.wait_version(&k(3), 1)), 1);
+    run.stop().await;
+    let cp = block(|| r.get(&format!("binval:checkpoint:{}", env.source_name))).expect("checkpoint saved in Redis");
+    let cp: serde_json::Value = serde_json::from_str(&cp).unwrap();
+    assert!(cp["file"].as_str().unwrap().starts_with("mysql-bin."));
+    assert!(cp["gtid"].as_str().is_some());
+    std::thread::sleep(Duration::from_millis(10));
+    assert_eq!(block(|| r.version(&k(1))), 2, "a clean stop re-applies nothing");
+}
