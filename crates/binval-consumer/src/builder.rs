@@ -1,0 +1,426 @@
+//! [`ConsumerBuilder`]: every setting of a [`Consumer`], with its default.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::ConsumerError;
+use crate::listener::{self, ListenerSettings};
+use crate::redis_conn::{RedisConn, RedisTarget};
+use crate::state::Shared;
+use crate::{Consumer, Inner};
+
+/// Builds a [`Consumer`]. Create it with [`Consumer::builder`]; the Redis target, the brokers
+/// and the topic are required, everything else has a default.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), binval_consumer::ConsumerError> {
+/// use std::time::Duration;
+/// let consumer = binval_consumer::Consumer::builder()
+///     .redis_standalone("redis://127.0.0.1:6379")
+///     .brokers("127.0.0.1:9092")
+///     .topic("binval.invalidations")
+///     .replicas(8)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .build().await"]
+pub struct ConsumerBuilder {
+    redis: Option<RedisTarget>,
+    brokers: Option<String>,
+    topic: Option<String>,
+    replicas: u32,
+    prefix_replicas: Vec<(String, u32)>,
+    max_entries: u64,
+    ttl: Duration,
+    kafka_properties: Vec<(String, String)>,
+    redis_response_timeout: Duration,
+    redis_connection_timeout: Duration,
+    fill_guard_entries: u64,
+    fill_guard_ttl: Duration,
+    metadata_refresh: Duration,
+    kafka_request_timeout: Duration,
+    shutdown_timeout: Duration,
+    eviction_channel_capacity: usize,
+    group_id_prefix: String,
+}
+
+impl Default for ConsumerBuilder {
+    fn default() -> Self {
+        ConsumerBuilder {
+            redis: None,
+            brokers: None,
+            topic: None,
+            replicas: 1,
+            prefix_replicas: Vec::new(),
+            max_entries: 100_000,
+            ttl: Duration::from_secs(60),
+            kafka_properties: Vec::new(),
+            redis_response_timeout: Duration::from_millis(200),
+            redis_connection_timeout: Duration::from_secs(1),
+            fill_guard_entries: 100_000,
+            fill_guard_ttl: Duration::from_secs(30),
+            metadata_refresh: Duration::from_secs(5),
+            kafka_request_timeout: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(5),
+            eviction_channel_capacity: 4096,
+            group_id_prefix: "binval-consumer".into(),
+        }
+    }
+}
+
+impl ConsumerBuilder {
+    /// Read replicas and version tokens from one standalone Redis server. Required (or
+    /// [`ConsumerBuilder::redis_cluster`]); the last call wins.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.redis_standalone("redis://127.0.0.1:6379");
+    /// ```
+    pub fn redis_standalone(mut self, url: impl Into<String>) -> Self {
+        self.redis = Some(RedisTarget::Standalone(url.into()));
+        self
+    }
+
+    /// Read replicas and version tokens from a Redis Cluster, given by seed node URLs (one is
+    /// enough; the slot map is discovered). Required (or [`ConsumerBuilder::redis_standalone`]).
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.redis_cluster(vec!["redis://10.0.0.1:7000".to_string(), "redis://10.0.0.2:7000".to_string()]);
+    /// ```
+    pub fn redis_cluster<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.redis = Some(RedisTarget::Cluster(urls.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Kafka bootstrap servers (`host:port[,host:port…]`) of the invalidation topic. Required.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.brokers("kafka-1:9092,kafka-2:9092");
+    /// ```
+    pub fn brokers(mut self, brokers: impl Into<String>) -> Self {
+        self.brokers = Some(brokers.into());
+        self
+    }
+
+    /// The topic binval publishes invalidation events to. Required; it must exist when
+    /// `build()` runs.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.topic("binval.invalidations");
+    /// ```
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topic = Some(topic.into());
+        self
+    }
+
+    /// Default number N of suffix replicas (`K:r0..K:r{N-1}`) per logical key: set it to the
+    /// replica count of binval's mapping rule. Default 1. A larger N than the writer uses only
+    /// costs extra reads on a miss (a missing replica is skipped); a smaller one concentrates
+    /// reads on fewer replicas.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.replicas(8);
+    /// ```
+    pub fn replicas(mut self, n: u32) -> Self {
+        self.replicas = n;
+        self
+    }
+
+    /// Replica count for logical keys starting with `prefix`; the longest matching prefix wins
+    /// over shorter ones and over [`ConsumerBuilder::replicas`]. May be called repeatedly.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.replicas(1).replicas_for_prefix("item:detail:", 8).replicas_for_prefix("item:", 2);
+    /// ```
+    pub fn replicas_for_prefix(mut self, prefix: impl Into<String>, n: u32) -> Self {
+        let prefix = prefix.into();
+        self.prefix_replicas.retain(|(p, _)| *p != prefix);
+        self.prefix_replicas.push((prefix, n));
+        self
+    }
+
+    /// Bound of the local cache, in entries. Default 100 000.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_entries(10_000);
+    /// ```
+    pub fn max_entries(mut self, entries: u64) -> Self {
+        self.max_entries = entries;
+        self
+    }
+
+    /// Safety-net time to live of a local cache entry, from its fill. Default 60 s.
+    /// Invalidation events, not the TTL, are what keeps entries fresh; the TTL bounds the damage
+    /// of a missed event.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.ttl(Duration::from_secs(3));
+    /// ```
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Pass a librdkafka setting to the listener's consumer (applied after this crate's own
+    /// settings, so it can override them; do not override `group.id` or enable commits).
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.kafka_property("fetch.wait.max.ms", "5").kafka_property("security.protocol", "ssl");
+    /// ```
+    pub fn kafka_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.kafka_properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Bound of each Redis read of a fill (version token, one replica). Default 200 ms. A read
+    /// that exceeds it fails with [`ConsumerError::Timeout`]; reads are never retried.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.redis_response_timeout(Duration::from_millis(50));
+    /// ```
+    pub fn redis_response_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_response_timeout = timeout;
+        self
+    }
+
+    /// Bound of one Redis connection attempt. Default 1 s. `build()` fails if it cannot
+    /// connect within three times this.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.redis_connection_timeout(Duration::from_millis(500));
+    /// ```
+    pub fn redis_connection_timeout(mut self, timeout: Duration) -> Self {
+        self.redis_connection_timeout = timeout;
+        self
+    }
+
+    /// Bound of the fill-race guard (newest event version per recently invalidated key), in
+    /// entries. Default 100 000. Size it for the number of distinct keys invalidated within
+    /// [`ConsumerBuilder::fill_guard_ttl`].
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.fill_guard_entries(500_000);
+    /// ```
+    pub fn fill_guard_entries(mut self, entries: u64) -> Self {
+        self.fill_guard_entries = entries;
+        self
+    }
+
+    /// How long the fill-race guard remembers a key's newest event version. Default 30 s; must
+    /// exceed the longest fill (which [`ConsumerBuilder::redis_response_timeout`] bounds).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.fill_guard_ttl(Duration::from_secs(10));
+    /// ```
+    pub fn fill_guard_ttl(mut self, ttl: Duration) -> Self {
+        self.fill_guard_ttl = ttl;
+        self
+    }
+
+    /// How often the listener re-reads the topic's metadata to pick up added partitions.
+    /// Default 5 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.metadata_refresh(Duration::from_secs(30));
+    /// ```
+    pub fn metadata_refresh(mut self, every: Duration) -> Self {
+        self.metadata_refresh = every;
+        self
+    }
+
+    /// Bound of each Kafka metadata / watermark request (at `build()` and on refresh).
+    /// Default 5 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.kafka_request_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn kafka_request_timeout(mut self, timeout: Duration) -> Self {
+        self.kafka_request_timeout = timeout;
+        self
+    }
+
+    /// How long [`Consumer::shutdown`] waits for the listener (and librdkafka's teardown)
+    /// before giving up on it. Default 5 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.shutdown_timeout(Duration::from_secs(2));
+    /// ```
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Capacity of the [`Consumer::subscribe_evictions`] channel, in notices. Default 4096; a
+    /// receiver that falls further behind gets `RecvError::Lagged`.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.eviction_channel_capacity(65_536);
+    /// ```
+    pub fn eviction_channel_capacity(mut self, notices: usize) -> Self {
+        self.eviction_channel_capacity = notices;
+        self
+    }
+
+    /// Prefix of the listener's unique Kafka `group.id` (the rest is pid, time and a random
+    /// number). Default `binval-consumer`. Useful to recognise instances in broker tooling.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.group_id_prefix("shop-api");
+    /// ```
+    pub fn group_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.group_id_prefix = prefix.into();
+        self
+    }
+
+    fn validate(&self) -> Result<(), ConsumerError> {
+        let cfg = |field, reason: &str| Err(ConsumerError::Config { field, reason: reason.to_string() });
+        match &self.redis {
+            None => return cfg("redis", "no Redis given: call .redis_standalone(url) or .redis_cluster(urls)"),
+            Some(RedisTarget::Cluster(urls)) if urls.is_empty() => {
+                return cfg("redis_cluster", "at least one seed node URL is needed")
+            }
+            _ => {}
+        }
+        if self.brokers.as_deref().is_none_or(|b| b.trim().is_empty()) {
+            return cfg("brokers", "no Kafka bootstrap servers given: call .brokers(\"host:port\")");
+        }
+        if self.topic.as_deref().is_none_or(|t| t.trim().is_empty()) {
+            return cfg("topic", "no invalidation topic given: call .topic(name)");
+        }
+        if self.replicas == 0 {
+            return cfg("replicas", "must be at least 1");
+        }
+        if let Some((p, _)) = self.prefix_replicas.iter().find(|(_, n)| *n == 0) {
+            return Err(ConsumerError::Config {
+                field: "replicas_for_prefix",
+                reason: format!("prefix `{p}`: replica count must be at least 1"),
+            });
+        }
+        if self.max_entries == 0 {
+            return cfg("max_entries", "must be at least 1 entry");
+        }
+        if self.ttl.is_zero() {
+            return cfg("ttl", "must be longer than 0 ms");
+        }
+        if self.redis_response_timeout.is_zero() {
+            return cfg("redis_response_timeout", "must be longer than 0 ms");
+        }
+        if self.redis_connection_timeout.is_zero() {
+            return cfg("redis_connection_timeout", "must be longer than 0 ms");
+        }
+        if self.fill_guard_entries == 0 {
+            return cfg("fill_guard_entries", "must be at least 1 entry");
+        }
+        if self.fill_guard_ttl <= self.redis_response_timeout * 2 {
+            return cfg("fill_guard_ttl", "must exceed the longest fill (2 x redis_response_timeout)");
+        }
+        if self.metadata_refresh.is_zero() {
+            return cfg("metadata_refresh", "must be longer than 0 ms");
+        }
+        if self.kafka_request_timeout.is_zero() {
+            return cfg("kafka_request_timeout", "must be longer than 0 ms");
+        }
+        Ok(())
+    }
+
+    /// Connect to Redis, start the invalidation listener, and return once the listener is
+    /// assigned every partition of the topic at its newest offset: every event published after
+    /// `build()` returns will be seen.
+    ///
+    /// Fails with [`ConsumerError::Config`] for a missing/invalid setting or a topic that does
+    /// not exist, [`ConsumerError::Redis`]/[`ConsumerError::Timeout`] if Redis is unreachable,
+    /// [`ConsumerError::Kafka`] if the brokers do not answer.
+    pub async fn build(self) -> Result<Consumer, ConsumerError> {
+        self.validate()?;
+        let redis_target = self.redis.clone().expect("validated");
+        let redis = RedisConn::connect(&redis_target, self.redis_response_timeout, self.redis_connection_timeout).await?;
+
+        let mut prefix_replicas = self.prefix_replicas.clone();
+        // Longest prefix first, so the first match is the longest.
+        prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let group_id = format!(
+            "{}-{}-{:x}-{:08x}",
+            self.group_id_prefix,
+            std::process::id(),
+            nanos,
+            rand::random::<u32>()
+        );
+        let settings = ListenerSettings {
+            brokers: self.brokers.clone().expect("validated"),
+            topic: self.topic.clone().expect("validated"),
+            group_id,
+            properties: self.kafka_properties.clone(),
+            metadata_refresh: self.metadata_refresh,
+            request_timeout: self.kafka_request_timeout,
+        };
+
+        // Metadata, watermarks and assign are blocking librdkafka calls.
+        let (consumer, known, settings) = tokio::task::spawn_blocking(move || {
+            let consumer = listener::create_consumer(&settings)?;
+            let known = listener::assign_all_at_end(&consumer, &settings)?;
+            Ok::<_, ConsumerError>((consumer, known, settings))
+        })
+        .await
+        .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("startup task failed: {e}") })??;
+
+        let shared = Arc::new(Shared::new(
+            self.max_entries,
+            self.ttl,
+            self.fill_guard_entries,
+            self.fill_guard_ttl,
+            self.eviction_channel_capacity,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let topic = settings.topic.clone();
+        let group_id = settings.group_id.clone();
+        let done = listener::spawn(consumer, known, settings, shared.clone(), stop.clone())?;
+
+        Ok(Consumer {
+            inner: Arc::new(Inner {
+                shared,
+                redis,
+                default_replicas: self.replicas,
+                prefix_replicas,
+                response_timeout: self.redis_response_timeout,
+                shutdown_timeout: self.shutdown_timeout,
+                stop,
+                done: Mutex::new(Some(done)),
+                topic,
+                group_id,
+            }),
+        })
+    }
+}

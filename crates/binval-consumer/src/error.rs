@@ -1,0 +1,72 @@
+//! The one error type of this crate.
+
+/// Everything that can go wrong in [`crate::Consumer::builder`]`.build()`, [`crate::Consumer::get`]
+/// and [`crate::Consumer::get_json`]. Each message names what was being done and on which key,
+/// topic or setting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    /// A Redis command or connection failed (not a timeout; see [`ConsumerError::Timeout`]).
+    /// `op` names the command and key, e.g. ``GET `item:detail:7:ver` ``.
+    #[error("redis {op} failed: {source}")]
+    Redis {
+        /// What was being done, e.g. ``GET `item:detail:7:ver` `` or `connect to redis://…`.
+        op: String,
+        /// The client's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A Kafka request of the invalidation listener failed (metadata, watermarks, assign,
+    /// creating the consumer).
+    #[error("kafka {op} failed: {source}")]
+    Kafka {
+        /// What was being done, e.g. ``fetch metadata of topic `binval.invalidations` ``.
+        op: String,
+        /// The client's error.
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    /// A builder setting is missing or invalid, or the environment does not match it (e.g. the
+    /// topic does not exist on the brokers).
+    #[error("invalid setting `{field}`: {reason}")]
+    Config {
+        /// The builder method / setting at fault, e.g. `topic`, `replicas`.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An operation did not complete within its bound. Reads are never retried: the caller
+    /// decides what to do (serve a default, fail the request).
+    #[error("{op} timed out after {after_ms} ms")]
+    Timeout {
+        /// What timed out, e.g. ``GET `item:detail:7:r3` ``.
+        op: String,
+        /// The bound that was exceeded, milliseconds.
+        after_ms: u64,
+    },
+    /// A value read from Redis is not what it should be: a version token that is not an
+    /// unsigned integer, a replica that is not UTF-8, or (for [`crate::Consumer::get_json`])
+    /// a payload that does not deserialize into the requested type.
+    #[error("cannot decode {what} of key `{key}`: {reason}")]
+    Decode {
+        /// The Redis key or logical key whose value is bad.
+        key: String,
+        /// Which value: `version token`, `replica`, `payload`.
+        what: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl ConsumerError {
+    pub(crate) fn redis(op: impl Into<String>, source: redis::RedisError, timeout_ms: u64) -> Self {
+        if source.is_timeout() {
+            ConsumerError::Timeout { op: op.into(), after_ms: timeout_ms }
+        } else {
+            ConsumerError::Redis { op: op.into(), source }
+        }
+    }
+
+    pub(crate) fn kafka(op: impl Into<String>, source: rdkafka::error::KafkaError) -> Self {
+        ConsumerError::Kafka { op: op.into(), source }
+    }
+}

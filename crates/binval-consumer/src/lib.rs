@@ -1,0 +1,314 @@
+//! `binval-consumer`: the in-process local cache of an app instance, kept in step with the
+//! database by binval's invalidation events.
+//!
+//! binval (the service) reads the binlog and, per changed logical key `K`, writes the payload to
+//! every suffix replica `K:r0..K:r{N-1}`, then bumps the version token `K:ver` with `INCR`, then
+//! publishes one invalidation event `{key, version, …}` to a Kafka topic. This crate is the
+//! other end: [`Consumer::get`] serves a key from a bounded local cache, fills misses from
+//! Redis, and a background listener evicts entries as events arrive.
+//!
+//! ```no_run
+//! # #[derive(serde::Deserialize)] struct Item { id: u64 }
+//! # async fn f() -> Result<(), binval_consumer::ConsumerError> {
+//! use std::time::Duration;
+//!
+//! let consumer = binval_consumer::Consumer::builder()
+//!     .redis_standalone("redis://127.0.0.1:6379")      // or .redis_cluster(vec![urls])
+//!     .brokers("127.0.0.1:9092")
+//!     .topic("binval.invalidations")
+//!     .replicas(8)                                     // default replica count N
+//!     .replicas_for_prefix("item:detail:", 8)          // longest prefix wins
+//!     .max_entries(100_000)                            // local cache bound, entries
+//!     .ttl(Duration::from_secs(60))                    // safety-net TTL
+//!     .kafka_property("fetch.wait.max.ms", "5")        // passthrough librdkafka setting
+//!     .build()
+//!     .await?;                                         // listener assigned at newest offsets
+//!
+//! let text: Option<String> = consumer.get("item:detail:6666").await?;
+//! let item: Option<Item> = consumer.get_json("item:detail:6666").await?;
+//! println!("{:?}", consumer.stats());
+//! consumer.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Why the read goes version token first, then replica
+//!
+//! The writer goes replicas first, then version token. A fill that reads `K:ver` (say 3) and
+//! *then* a replica gets a value at least as new as version 3: the pair it caches is correct,
+//! or "newer value, older version", which the next event (version ≥ 4) evicts. Read in the
+//! other order, a fill can read the old replica, then the writer finishes (replicas, `ver`=4,
+//! event), then the fill reads `ver`=4 and caches (old value, 4). The event for version 4 has
+//! already been applied or will not evict (4 is not < 4), and no later event is coming: the
+//! old value would be served until the TTL. So: version first, always.
+//!
+//! # The evict rule
+//!
+//! An event with version `v` evicts a cached entry filled at version `c` exactly when `c < v`
+//! ([`binval_protocol::should_evict`]). An entry at `c ≥ v` already reflects that change, so
+//! duplicates, replays and out-of-order deliveries after a restart evict nothing needlessly.
+//!
+//! # The fill race ("stale set")
+//!
+//! A fill can read `K:ver` = 9 and the replica, then be slow; meanwhile the writer moves `K` to
+//! 10 and the event arrives and is applied — to a cache that does not hold `K` yet. Then the
+//! slow fill lands and would cache (old value, 9) with nothing left to evict it. The listener
+//! therefore remembers the newest event version per recently invalidated key (a bounded moka
+//! cache, default 100 000 entries for 30 s), and a fill whose version is lower than that is
+//! returned to its caller but not cached ([`Stats::fills_refused`]). The fill re-checks after
+//! inserting, so an event applied between its check and its insert still removes it.
+//!
+//! # Why no shared consumer group
+//!
+//! A Kafka consumer group splits partitions among its members: each event would reach one app
+//! instance, and every other instance would keep its stale entry. Every instance must see every
+//! event of every partition, so the listener `assign()`s all partitions itself, under a unique
+//! `group.id` per instance, and never commits offsets. It starts at the newest offsets (read
+//! explicitly as high watermarks, so nothing published after `build()` returns is skipped) —
+//! a new instance has an empty cache and nothing older to evict. Every 5 s it re-reads the
+//! metadata and assigns partitions added since, from their beginning.
+//!
+//! # Fail safe
+//!
+//! While the listener cannot see the stream, entries may go stale without an event to evict
+//! them. When librdkafka reports that all brokers are down (or a fatal error), or the listener
+//! thread ends for any reason other than [`Consumer::shutdown`], the consumer stops serving
+//! locally: [`Consumer::get`] reads Redis every time and caches nothing
+//! ([`Consumer::is_serving_local`] is `false`, metric `binval_consumer_serving_local` 0). When
+//! the stream is back (a message arrives, or the broker answers a metadata request) the listener
+//! clears the whole local cache and then serves locally again. This is the minimal version:
+//! a stream that is silently stuck without an error is not detected yet.
+//!
+//! # Not yet
+//!
+//! Single-flight of concurrent misses, a miss rate limit with stale fallback, TTL jitter, hot-key
+//! detection and negative caching of absent keys come in later issues; the read path is one
+//! function (`fill`) where they plug in.
+
+mod builder;
+mod error;
+mod listener;
+mod redis_conn;
+mod state;
+mod stats;
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use binval_protocol::{replica_key, version_key, Version};
+use rand::seq::SliceRandom;
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, oneshot};
+use tracing::warn;
+
+pub use builder::ConsumerBuilder;
+pub use error::ConsumerError;
+pub use redis_conn::RedisTarget;
+pub use state::EvictionNotice;
+pub use stats::Stats;
+
+use redis_conn::RedisConn;
+use state::Shared;
+
+/// The handle an app instance keeps: a local cache in front of binval's Redis replicas, kept
+/// in step by a background invalidation listener. Cheap to clone (all clones share one cache
+/// and one listener); create one per process with [`Consumer::builder`].
+#[derive(Clone)]
+pub struct Consumer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    redis: RedisConn,
+    default_replicas: u32,
+    /// Sorted longest prefix first.
+    prefix_replicas: Vec<(String, u32)>,
+    response_timeout: Duration,
+    shutdown_timeout: Duration,
+    stop: Arc<AtomicBool>,
+    done: Mutex<Option<oneshot::Receiver<()>>>,
+    topic: String,
+    group_id: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Last handle gone without shutdown(): let the listener thread end on its own.
+        self.stop.store(true, SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("topic", &self.inner.topic)
+            .field("group_id", &self.inner.group_id)
+            .field("serving_local", &self.is_serving_local())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// Start configuring a consumer; see [`ConsumerBuilder`] for every option and its default.
+    pub fn builder() -> ConsumerBuilder {
+        ConsumerBuilder::default()
+    }
+
+    /// The payload of logical key `key` (e.g. `item:detail:6666`), as the JSON text stored in
+    /// its replicas, or `None` if no replica holds it (deleted, or never written; not cached).
+    ///
+    /// A local cache hit returns at once. A miss reads `K:ver` (absent = version 0), then one
+    /// random replica `K:r{i}`, trying the other replicas once each if that one is missing, and
+    /// caches (value, version) unless the fill-race guard or the fail-safe forbids it. Each
+    /// Redis read is bounded by the response timeout (default 200 ms) and never retried.
+    pub async fn get(&self, key: &str) -> Result<Option<String>, ConsumerError> {
+        Ok(self.get_shared(key).await?.map(|v| v.to_string()))
+    }
+
+    /// Like [`Consumer::get`], without copying the payload out of the local cache.
+    pub async fn get_shared(&self, key: &str) -> Result<Option<Arc<str>>, ConsumerError> {
+        let shared = &self.inner.shared;
+        let serving = shared.is_serving_local();
+        if serving {
+            if let Some(e) = shared.local.get(key) {
+                shared.counters.hit();
+                return Ok(Some(e.value));
+            }
+            shared.counters.miss();
+        } else {
+            shared.counters.bypass_read();
+        }
+        self.fill(key, serving).await
+    }
+
+    /// [`Consumer::get`], then deserialize the payload with serde_json. A payload that does not
+    /// fit `T` is [`ConsumerError::Decode`] naming the key. (The text is cached, not the `T`.)
+    pub async fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConsumerError> {
+        match self.get_shared(key).await? {
+            None => Ok(None),
+            Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| ConsumerError::Decode {
+                key: key.to_string(),
+                what: "payload",
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// The read-through on a miss: version token, then a replica; cache if allowed.
+    async fn fill(&self, key: &str, serving: bool) -> Result<Option<Arc<str>>, ConsumerError> {
+        let inner = &*self.inner;
+        let shared = &inner.shared;
+        let epoch = shared.epoch();
+        let Some((value, version)) = self.read_redis(key).await? else {
+            return Ok(None);
+        };
+        shared.counters.fill();
+        if serving {
+            shared.try_cache(key, &value, version, epoch);
+        }
+        Ok(Some(value))
+    }
+
+    /// GET `K:ver`, then replicas in random order until one exists.
+    async fn read_redis(&self, key: &str) -> Result<Option<(Arc<str>, Version)>, ConsumerError> {
+        let inner = &*self.inner;
+        let vkey = version_key(key);
+        let version = match inner.redis.get(&vkey, inner.response_timeout).await? {
+            None => 0,
+            Some(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.trim().parse::<Version>().ok())
+                .ok_or_else(|| ConsumerError::Decode {
+                    key: vkey.clone(),
+                    what: "version token",
+                    reason: format!("not an unsigned integer: {:?}", String::from_utf8_lossy(&bytes)),
+                })?,
+        };
+        let n = self.replicas_for(key);
+        let mut order: Vec<u32> = (0..n).collect();
+        order.shuffle(&mut rand::rng());
+        for i in order {
+            let rkey = replica_key(key, i);
+            if let Some(bytes) = inner.redis.get(&rkey, inner.response_timeout).await? {
+                let text = String::from_utf8(bytes).map_err(|e| ConsumerError::Decode {
+                    key: rkey.clone(),
+                    what: "replica",
+                    reason: format!("not UTF-8: {e}"),
+                })?;
+                return Ok(Some((Arc::from(text), version)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The replica count N used for `key`: the longest matching
+    /// [`ConsumerBuilder::replicas_for_prefix`], else [`ConsumerBuilder::replicas`].
+    pub fn replicas_for(&self, key: &str) -> u32 {
+        self.inner
+            .prefix_replicas
+            .iter()
+            .find(|(p, _)| key.starts_with(p.as_str()))
+            .map_or(self.inner.default_replicas, |(_, n)| *n)
+    }
+
+    /// The version the local cache holds `key` at, if it holds it; does not count as a hit or
+    /// miss. For tests, debugging and `inspect`-style tooling.
+    pub fn cached_version(&self, key: &str) -> Option<Version> {
+        self.inner.shared.local.get(key).map(|e| e.version)
+    }
+
+    /// Number of entries in the local cache (approximate: moka applies evictions lazily).
+    pub fn local_entries(&self) -> u64 {
+        self.inner.shared.local.entry_count()
+    }
+
+    /// A receiver of one [`EvictionNotice`] per invalidation event applied from now on
+    /// (whether or not it evicted). For tests, benchmarks and metrics; a receiver that falls
+    /// more than the channel capacity behind gets `RecvError::Lagged`.
+    pub fn subscribe_evictions(&self) -> broadcast::Receiver<EvictionNotice> {
+        self.inner.shared.notices.subscribe()
+    }
+
+    /// A snapshot of the counters (since `build()`).
+    pub fn stats(&self) -> Stats {
+        self.inner.shared.counters.snapshot()
+    }
+
+    /// `true` while `get` may serve from and fill into the local cache; `false` while the
+    /// fail-safe bypasses it (invalidation stream lost, listener ended, or after
+    /// [`Consumer::shutdown`]). See the crate docs, "Fail safe".
+    pub fn is_serving_local(&self) -> bool {
+        self.inner.shared.is_serving_local()
+    }
+
+    /// The listener's Kafka `group.id` (unique per instance; no group join, no commits).
+    pub fn group_id(&self) -> &str {
+        &self.inner.group_id
+    }
+
+    /// The invalidation topic this consumer listens to.
+    pub fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+
+    /// Stop the listener and wait for it and librdkafka's teardown, at most the shutdown
+    /// timeout (default 5 s; teardown that takes longer is abandoned with a warning). Afterwards
+    /// `get` still works but reads Redis every time. Calling it again returns at once.
+    pub async fn shutdown(&self) {
+        let inner = &*self.inner;
+        inner.stop.store(true, SeqCst);
+        inner.shared.stop_serving_local();
+        let done = inner.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(done) = done {
+            if tokio::time::timeout(inner.shutdown_timeout, done).await.is_err() {
+                warn!(
+                    topic = %inner.topic,
+                    timeout_ms = inner.shutdown_timeout.as_millis() as u64,
+                    "binval-consumer listener did not stop in time (librdkafka teardown hanging?); abandoned"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The invalidation listener: one dedicated OS thread per [`crate::Consumer`] that polls a
+//! librdkafka consumer assigned to *every* partition of the topic and applies each event to
+//! the local cache.
+//!
+//! Why a thread and a `BaseConsumer` rather than a tokio task and a `StreamConsumer`: all the
+//! work per event is synchronous (moka, a broadcast send), the metadata refresh is a blocking
+//! librdkafka call, and a thread can be abandoned if librdkafka's teardown hangs, without
+//! blocking an async runtime. Shutdown latency is bounded by the poll interval (100 ms).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use binval_protocol::InvalidationEvent;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message as _;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::sync::oneshot;
+use tracing::{debug, info, warn};
+
+use crate::error::ConsumerError;
+use crate::state::Shared;
+
+const POLL: Duration = Duration::from_millis(100);
+/// How often metadata is re-read while the stream is lost (to notice it is back).
+const LOST_REFRESH: Duration = Duration::from_secs(1);
+
+pub(crate) struct ListenerSettings {
+    pub brokers: String,
+    pub topic: String,
+    pub group_id: String,
+    pub properties: Vec<(String, String)>,
+    pub metadata_refresh: Duration,
+    pub request_timeout: Duration,
+}
+
+pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, ConsumerError> {
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &s.brokers)
+        // A group.id is required by librdkafka even for assign(); it is unique per instance
+        // and never used for a group join or an offset commit.
+        .set("group.id", &s.group_id)
+        .set("client.id", &s.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // Only reached when a fetch position is out of range (retention deleted unread data,
+        // or the broker lost its log). Re-reading events is harmless (the evict rule is
+        // idempotent), skipping them is not.
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    for (k, v) in &s.properties {
+        cfg.set(k, v);
+    }
+    cfg.create().map_err(|e| ConsumerError::kafka(format!("create consumer for brokers `{}`", s.brokers), e))
+}
+
+/// Partition ids of `topic`, from fresh metadata.
+fn partitions(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
+    let md = consumer
+        .fetch_metadata(Some(&s.topic), s.request_timeout)
+        .map_err(|e| ConsumerError::kafka(format!("fetch metadata of topic `{}`", s.topic), e))?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == s.topic) else {
+        return Err(ConsumerError::Config {
+            field: "topic",
+            reason: format!("brokers `{}` returned no metadata for topic `{}`", s.brokers, s.topic),
+        });
+    };
+    if let Some(err) = t.error() {
+        return Err(ConsumerError::Config {
+            field: "topic",
+            reason: format!("topic `{}` on brokers `{}`: {:?}", s.topic, s.brokers, RDKafkaErrorCode::from(err)),
+        });
+    }
+    let ids: BTreeSet<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    if ids.is_empty() {
+        return Err(ConsumerError::Config {
+            field: "topic",
+            reason: format!("topic `{}` on brokers `{}` has no partitions (does it exist?)", s.topic, s.brokers),
+        });
+    }
+    Ok(ids)
+}
+
+/// Assign every partition of the topic at its current high watermark (blocking).
+///
+/// The high watermark is read explicitly instead of assigning `Offset::End`: with `End`,
+/// librdkafka resolves "the end" only when its fetcher starts, some time after `assign()`
+/// returned, and a message published in between would be skipped. Reading the watermarks
+/// first means every message published after this function returns is consumed.
+pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
+    let ids = partitions(consumer, s)?;
+    let mut tpl = TopicPartitionList::new();
+    for &p in &ids {
+        let (_low, high) = consumer.fetch_watermarks(&s.topic, p, s.request_timeout).map_err(|e| {
+            ConsumerError::kafka(format!("fetch watermarks of topic `{}` partition {p}", s.topic), e)
+        })?;
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(high))
+            .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+        debug!(topic = %s.topic, partition = p, offset = high, "assigning partition at its high watermark");
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(|e| ConsumerError::kafka(format!("assign {} partitions of topic `{}`", ids.len(), s.topic), e))?;
+    Ok(ids)
+}
+
+/// Sets the fail-safe when the listener thread ends for any reason other than shutdown
+/// (including a panic), and signals whoever waits in `shutdown()`.
+struct ExitGuard {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    done: Option<oneshot::Sender<()>>,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        if !self.stop.load(SeqCst) {
+            warn!("binval-consumer invalidation listener ended unexpectedly; local cache bypassed from now on");
+        }
+        // Without a listener nothing evicts: never serve locally again.
+        self.shared.stop_serving_local();
+        if let Some(d) = self.done.take() {
+            let _ = d.send(());
+        }
+    }
+}
+
+/// Start the listener thread. `done` fires after the librdkafka consumer was dropped.
+pub(crate) fn spawn(
+    consumer: BaseConsumer,
+    known: BTreeSet<i32>,
+    settings: ListenerSettings,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+) -> Result<oneshot::Receiver<()>, ConsumerError> {
+    let (tx, rx) = oneshot::channel();
+    std::thread::Builder::new()
+        .name("binval-inval".into())
+        .spawn(move || {
+            let guard = ExitGuard { shared: shared.clone(), stop: stop.clone(), done: Some(tx) };
+            run(&consumer, known, &settings, &shared, &stop);
+            // librdkafka teardown (rd_kafka_consumer_close + destroy) happens here and can
+            // hang; shutdown() only waits a bounded time for `done`.
+            drop(consumer);
+            drop(guard);
+        })
+        .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("cannot start listener thread: {e}") })?;
+    Ok(rx)
+}
+
+fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) {
+    let mut lost = false;
+    let mut next_refresh = Instant::now() + s.metadata_refresh;
+    info!(topic = %s.topic, partitions = known.len(), group_id = %s.group_id, "invalidation listener started");
+    while !stop.load(SeqCst) {
+        match consumer.poll(POLL) {
+            None => {}
+            Some(Ok(msg)) => {
+                if lost {
+                    lost = false;
+                    if shared.resume_serving_local() {
+                        info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
+                    }
+                }
+                apply_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload());
+            }
+            Some(Err(e)) => {
+                if stream_lost(&e) {
+                    if !lost {
+                        warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
+                    }
+                    lost = true;
+                    shared.stop_serving_local();
+                    next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
+                } else {
+                    warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+                }
+            }
+        }
+        if Instant::now() >= next_refresh {
+            match refresh(consumer, s, &mut known) {
+                Ok(()) => {
+                    if lost {
+                        lost = false;
+                        if shared.resume_serving_local() {
+                            info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
+                        }
+                    }
+                }
+                Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
+            }
+            next_refresh = Instant::now() + if lost { LOST_REFRESH } else { s.metadata_refresh };
+        }
+    }
+    info!(topic = %s.topic, "invalidation listener stopping");
+}
+
+/// Errors after which events may be missed: every broker is unreachable, or librdkafka
+/// declared the client unusable.
+fn stream_lost(e: &KafkaError) -> bool {
+    match e {
+        KafkaError::MessageConsumptionFatal(_) => true,
+        KafkaError::MessageConsumption(code) | KafkaError::Global(code) => {
+            matches!(code, RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::Fatal)
+        }
+        _ => false,
+    }
+}
+
+/// Re-read metadata; assign partitions that appeared since the last look, from their start
+/// (they are younger than this listener, so everything in them is new to it).
+fn refresh(consumer: &BaseConsumer, s: &ListenerSettings, known: &mut BTreeSet<i32>) -> Result<(), ConsumerError> {
+    let ids = partitions(consumer, s)?;
+    let new: Vec<i32> = ids.difference(known).copied().collect();
+    if new.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for &p in &new {
+        tpl.add_partition_offset(&s.topic, p, Offset::Beginning)
+            .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+    }
+    consumer
+        .incremental_assign(&tpl)
+        .map_err(|e| ConsumerError::kafka(format!("assign new partitions {new:?} of topic `{}`", s.topic), e))?;
+    info!(topic = %s.topic, new_partitions = ?new, total = ids.len(), "topic grew; assigned new partitions from their beginning");
+    known.extend(new);
+    Ok(())
+}
+
+pub(crate) fn apply_message(shared: &Shared, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
+    let Some(payload) = payload else {
+        shared.counters.bad_message();
+        warn!(topic, partition, offset, "skipping invalidation message without payload");
+        return;
+    };
+    match InvalidationEvent::from_json(payload) {
+        Ok(ev) => {
+            shared.apply_event(&ev);
+        }
+        Err(e) => {
+            shared.counters.bad_message();
+            warn!(topic, partition, offset, error = %e, "skipping invalidation message that does not parse");
+        }
+    }
+}

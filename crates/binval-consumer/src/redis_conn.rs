@@ -1,0 +1,92 @@
+//! The Redis side of a fill: one small enum over a standalone connection and a Cluster
+//! connection, with bounded timeouts and no read retries.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+
+use crate::error::ConsumerError;
+
+/// Where the suffix replicas and version tokens live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisTarget {
+    /// One Redis server, e.g. `redis://127.0.0.1:6379`.
+    Standalone(String),
+    /// A Redis Cluster, given by one or more seed node URLs.
+    Cluster(Vec<String>),
+}
+
+/// A connection to either kind of Redis. Both variants are cheap to clone (shared, multiplexed).
+#[derive(Clone)]
+pub(crate) enum RedisConn {
+    /// Reconnects by itself after a connection loss; commands are not retried.
+    Standalone(ConnectionManager),
+    /// Routes each key to its slot's master; follows at most one MOVED/ASK redirect.
+    Cluster(ClusterConnection),
+}
+
+impl RedisConn {
+    pub(crate) async fn connect(
+        target: &RedisTarget,
+        response_timeout: Duration,
+        connection_timeout: Duration,
+    ) -> Result<Self, ConsumerError> {
+        let ms = |d: Duration| d.as_millis() as u64;
+        match target {
+            RedisTarget::Standalone(url) => {
+                let op = format!("connect to {url}");
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| ConsumerError::Config { field: "redis_standalone", reason: format!("`{url}`: {e}") })?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(response_timeout))
+                    .set_connection_timeout(Some(connection_timeout))
+                    // Reconnect attempts of the manager itself (not command retries).
+                    .set_number_of_retries(1);
+                let bound = connection_timeout * 3;
+                match tokio::time::timeout(bound, ConnectionManager::new_with_config(client, config)).await {
+                    Ok(Ok(m)) => Ok(RedisConn::Standalone(m)),
+                    Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
+                    Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
+                }
+            }
+            RedisTarget::Cluster(urls) => {
+                let op = format!("connect to cluster {}", urls.join(","));
+                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                    .response_timeout(response_timeout)
+                    .connection_timeout(connection_timeout)
+                    // One "retry" is what lets the client follow a single MOVED/ASK redirect
+                    // after a resharding or failover; the overall timeout (= response timeout)
+                    // still bounds the whole read.
+                    .retries(1)
+                    .build()
+                    .map_err(|e| ConsumerError::Config { field: "redis_cluster", reason: format!("{urls:?}: {e}") })?;
+                let bound = connection_timeout * 3;
+                match tokio::time::timeout(bound, client.get_async_connection()).await {
+                    Ok(Ok(c)) => Ok(RedisConn::Cluster(c)),
+                    Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
+                    Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
+                }
+            }
+        }
+    }
+
+    /// `GET key`, bounded by `timeout` (in addition to the client's own response timeout).
+    pub(crate) async fn get(&self, key: &str, timeout: Duration) -> Result<Option<Vec<u8>>, ConsumerError> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        let fut = async {
+            match self {
+                RedisConn::Standalone(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
+                RedisConn::Cluster(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
+            }
+        };
+        let after_ms = timeout.as_millis() as u64;
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ConsumerError::redis(format!("GET `{key}`"), e, after_ms)),
+            Err(_) => Err(ConsumerError::Timeout { op: format!("GET `{key}`"), after_ms }),
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Helpers shared by the integration tests: topics, a producer, events, Redis writes in the
+//! writer's order, waiting for eviction notices.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context as _};
+use binval_consumer::{Consumer, ConsumerBuilder, EvictionNotice};
+use binval_protocol::{InvalidationEvent, Op, SourcePosition};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use tokio::sync::broadcast;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
+}
+
+/// Create a fresh topic with `partitions` partitions on the shared tansu broker.
+pub async fn create_topic(bootstrap: &str, partitions: i32) -> anyhow::Result<String> {
+    let name = binval_testkit::unique_name("inval");
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("admin client")?;
+    let res = admin
+        .create_topics(
+            &[NewTopic::new(&name, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .context("create_topics")?;
+    for r in res {
+        if let Err((t, e)) = r {
+            bail!("create topic {t}: {e}");
+        }
+    }
+    Ok(name)
+}
+
+pub fn builder(topic: &str) -> ConsumerBuilder {
+    Consumer::builder()
+        .brokers(binval_testkit::broker().bootstrap())
+        .topic(topic)
+        // tansu answers a waiting fetch only when fetch.wait.max.ms expires.
+        .kafka_property("fetch.wait.max.ms", "5")
+        .shutdown_timeout(Duration::from_secs(5))
+}
+
+pub fn producer(bootstrap: &str) -> anyhow::Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("message.timeout.ms", "10000")
+        .set("linger.ms", "0")
+        .create()?)
+}
+
+pub fn event(key: &str, version: u64) -> InvalidationEvent {
+    InvalidationEvent {
+        schema: 1,
+        key: key.to_string(),
+        version,
+        op: Op::Update,
+        table: "shop.items".into(),
+        position: SourcePosition { file: "mysql-bin.000001".into(), pos: 4 + version, gtid: None },
+        commit_time_ms: now_ms() / 1000 * 1000,
+        publish_time_ms: now_ms(),
+    }
+}
+
+/// Publish raw bytes keyed by `key`; returns when the broker acknowledged.
+pub async fn publish_raw(p: &FutureProducer, topic: &str, key: &str, payload: &[u8]) -> anyhow::Result<()> {
+    p.send(FutureRecord::to(topic).key(key).payload(payload), Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("produce to {topic}: {e}"))?;
+    Ok(())
+}
+
+pub async fn publish(p: &FutureProducer, topic: &str, ev: &InvalidationEvent) -> anyhow::Result<()> {
+    publish_raw(p, topic, &ev.key, &ev.to_json()).await
+}
+
+/// Wait for the notice of (`key`, `version`), skipping others; fail after `timeout`.
+pub async fn wait_notice(
+    rx: &mut broadcast::Receiver<EvictionNotice>,
+    key: &str,
+    version: u64,
+    timeout: Duration,
+) -> anyhow::Result<EvictionNotice> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rx.recv()).await {
+            Err(_) => bail!("no eviction notice for {key} v{version} within {timeout:?}"),
+            Ok(Err(e)) => bail!("eviction channel: {e}"),
+            Ok(Ok(n)) if n.key == key && n.version == version => return Ok(n),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Write like binval does on standalone Redis: all replicas, then the version token.
+pub async fn write_standalone(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    replicas: u32,
+    payload: &str,
+    version: u64,
+) -> anyhow::Result<()> {
+    let mut p = redis::pipe();
+    p.atomic();
+    for i in 0..replicas {
+        p.set(binval_protocol::replica_key(key, i), payload).ignore();
+    }
+    p.set(binval_protocol::version_key(key), version).ignore();
+    p.query_async::<()>(conn).await?;
+    Ok(())
+}
+
+pub async fn redis_conn() -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(binval_testkit::redis().url())?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}

@@ -1,0 +1,186 @@
+//! Standalone Redis and a 3-master Redis Cluster.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+
+use crate::proc::{new_state_dir, Proc};
+use crate::util::{free_cluster_port, free_port, redis_cmd, require_binary, tail, unwrap_started};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A standalone Redis on `127.0.0.1:port` (no persistence).
+pub struct Redis {
+    pub port: u16,
+    _proc: Mutex<Proc>,
+}
+
+impl Redis {
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// A Redis Cluster of 3 masters and no replicas on `127.0.0.1:ports[i]`,
+/// ready when returned: all 16384 slots covered and `cluster_state:ok` on
+/// every node. Cluster bus ports are `port + 10000`.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    _procs: Mutex<Vec<Proc>>,
+}
+
+impl RedisCluster {
+    /// `redis://127.0.0.1:PORT` for each node.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+}
+
+/// The shared standalone Redis of this test process, started on first use.
+pub fn redis() -> &'static Redis {
+    static R: OnceLock<Result<Redis, String>> = OnceLock::new();
+    unwrap_started("Redis", R.get_or_init(|| start_standalone().map_err(|e| format!("{e:#}"))))
+}
+
+/// The shared Redis Cluster of this test process, started on first use.
+pub fn redis_cluster() -> &'static RedisCluster {
+    static C: OnceLock<Result<RedisCluster, String>> = OnceLock::new();
+    unwrap_started("Redis Cluster", C.get_or_init(|| start_cluster().map_err(|e| format!("{e:#}"))))
+}
+
+fn server_bin() -> anyhow::Result<PathBuf> {
+    require_binary("Redis server", Some("BINVAL_REDIS_SERVER"), &["redis-server"], &[])
+}
+
+fn cli_bin() -> anyhow::Result<PathBuf> {
+    require_binary("Redis client", Some("BINVAL_REDIS_CLI"), &["redis-cli"], &[])
+}
+
+enum NodeError {
+    PortClash(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+fn start_node(bin: &Path, dir: &Path, port: u16, cluster: bool) -> Result<Proc, NodeError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--daemonize", "no"])
+        .args(["--logfile", ""])
+        .arg("--dir")
+        .arg(dir);
+    if cluster {
+        cmd.args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "5000"]);
+    }
+    cmd.current_dir(dir);
+    let log = dir.join("redis.log");
+    let mut proc = Proc::spawn(cmd, &log).map_err(NodeError::Other)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(st) = proc.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let e = anyhow!("redis-server on port {port} exited during start-up ({st})\n{}", tail(&log, 20));
+            return Err(if text.contains("Address already in use") {
+                NodeError::PortClash(e)
+            } else {
+                NodeError::Other(e)
+            });
+        }
+        if matches!(redis_cmd(port, "PING").as_deref(), Ok("PONG")) {
+            return Ok(proc);
+        }
+        if Instant::now() > deadline {
+            return Err(NodeError::Other(anyhow!(
+                "redis-server did not answer PING on 127.0.0.1:{port} within {}s\n{}",
+                START_TIMEOUT.as_secs(),
+                tail(&log, 20)
+            )));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Start a node on a fresh free port, retrying on port clashes.
+fn start_node_retrying(bin: &Path, kind: &str, cluster: bool, taken: &[u16]) -> anyhow::Result<(u16, Proc)> {
+    let dir = new_state_dir(kind)?;
+    let mut last = None;
+    for _ in 0..3 {
+        let port = if cluster { free_cluster_port(taken)? } else { free_port()? };
+        match start_node(bin, &dir, port, cluster) {
+            Ok(p) => return Ok((port, p)),
+            Err(NodeError::PortClash(e)) => {
+                let _ = std::fs::remove_file(dir.join("nodes.conf"));
+                last = Some(e)
+            }
+            Err(NodeError::Other(e)) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow!("redis-server did not start")))
+}
+
+fn start_standalone() -> anyhow::Result<Redis> {
+    let bin = server_bin()?;
+    let (port, proc) = start_node_retrying(&bin, "redis", false, &[])?;
+    Ok(Redis { port, _proc: Mutex::new(proc) })
+}
+
+fn start_cluster() -> anyhow::Result<RedisCluster> {
+    let bin = server_bin()?;
+    let cli = cli_bin()?;
+    let mut ports = Vec::new();
+    let mut procs = Vec::new();
+    for i in 0..3 {
+        let mut taken = ports.clone();
+        taken.extend(ports.iter().map(|p| p + 10000));
+        let (port, proc) = start_node_retrying(&bin, &format!("redis-cluster-{i}"), true, &taken)?;
+        ports.push(port);
+        procs.push(proc);
+    }
+    let mut cmd = Command::new(&cli);
+    cmd.arg("--cluster").arg("create");
+    for p in &ports {
+        cmd.arg(format!("127.0.0.1:{p}"));
+    }
+    let out = cmd
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .with_context(|| format!("running {} --cluster create", cli.display()))?;
+    if !out.status.success() {
+        bail!(
+            "redis-cli --cluster create failed ({}):\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let mut not_ready = Vec::new();
+        for &p in &ports {
+            let info = redis_cmd(p, "CLUSTER INFO").unwrap_or_default();
+            let ok = info.contains("cluster_state:ok")
+                && info.contains("cluster_slots_assigned:16384")
+                && info.contains("cluster_known_nodes:3");
+            if !ok {
+                not_ready.push((p, info));
+            }
+        }
+        if not_ready.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("Redis Cluster {ports:?} not ready within {}s: {not_ready:?}", START_TIMEOUT.as_secs());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(RedisCluster { ports, _procs: Mutex::new(procs) })
+}

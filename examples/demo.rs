@@ -1,0 +1,127 @@
+//! The demo's app side: two app instances (each a `binval-consumer` handle) hold product
+//! details in their local caches while a writer updates the rows in MariaDB; the running
+//! `binval` service turns each commit into Redis writes and an invalidation event. Prints the
+//! commit -> eviction latency seen by each instance and checks every instance then reads the
+//! database's current value.
+//!
+//! Run by `scripts/demo.sh` (which starts the services and `binval run`); settings by env:
+//! DEMO_MYSQL_URL, DEMO_REDIS_URLS (comma-separated cluster seeds), DEMO_BROKERS, DEMO_TOPIC,
+//! DEMO_UPDATES (default 200), DEMO_KEYS (default 20).
+
+use std::time::{Duration, Instant};
+
+use binval_consumer::Consumer;
+use mysql_async::prelude::Queryable;
+
+fn env(k: &str, d: &str) -> String {
+    std::env::var(k).unwrap_or_else(|_| d.to_string())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let mysql = env("DEMO_MYSQL_URL", "mysql://app:app@127.0.0.1:13306/shop");
+    let redis: Vec<String> = env("DEMO_REDIS_URLS", "redis://127.0.0.1:17001,redis://127.0.0.1:17002,redis://127.0.0.1:17003")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let brokers = env("DEMO_BROKERS", "127.0.0.1:19092");
+    let topic = env("DEMO_TOPIC", "binval.invalidations");
+    let updates: usize = env("DEMO_UPDATES", "200").parse()?;
+    let keys: u32 = env("DEMO_KEYS", "20").parse()?;
+
+    let mut db = mysql_async::Conn::from_url(mysql.as_str()).await?;
+    db.query_drop("CREATE TABLE IF NOT EXISTS items (id INT PRIMARY KEY, title VARCHAR(200) NOT NULL, price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, updated DATETIME(3) NOT NULL)").await?;
+    for id in 1..=keys {
+        db.exec_drop(
+            "INSERT INTO items VALUES (?, ?, 10.00, 100, NOW(3)) ON DUPLICATE KEY UPDATE title = VALUES(title), updated = NOW(3)",
+            (id, format!("product {id}")),
+        )
+        .await?;
+    }
+
+    let mut apps = Vec::new();
+    for _ in 0..2 {
+        apps.push(
+            Consumer::builder()
+                .redis_cluster(redis.clone())
+                .brokers(brokers.clone())
+                .topic(topic.clone())
+                .replicas(8)
+                .max_entries(10_000)
+                .kafka_property("fetch.wait.max.ms", "5")
+                .build()
+                .await?,
+        );
+    }
+    println!("2 app instances listening on topic {topic}");
+
+    // Let binval catch up with the seeding inserts, then warm both local caches.
+    let key = |id: u32| format!("item:detail:{id}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = apps[0].get(&key(keys)).await?;
+        if v.is_some() || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut listeners: Vec<_> = apps.iter().map(|a| a.subscribe_evictions()).collect();
+    let mut lat: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
+    let mut missing = 0usize;
+    for n in 0..updates {
+        let id = (n as u32 % keys) + 1;
+        for a in &apps {
+            a.get(&key(id)).await?; // hold it in the local cache
+        }
+        let price = format!("{}.{:02}", 10 + n, n % 100);
+        let t0 = Instant::now();
+        db.exec_drop("UPDATE items SET price = ?, stock = stock - 1, updated = NOW(3) WHERE id = ?", (&price, id)).await?;
+        let committed = t0.elapsed();
+        for (i, l) in listeners.iter_mut().enumerate() {
+            let got = tokio::time::timeout(Duration::from_secs(5), async {
+                loop {
+                    match l.recv().await {
+                        Ok(n) if n.key == key(id) && n.evicted => return true,
+                        Ok(_) => continue,
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(_) => return false,
+                    }
+                }
+            })
+            .await
+            .unwrap_or(false);
+            if got {
+                lat[i].push((t0.elapsed() - committed).as_secs_f64() * 1000.0);
+            } else {
+                missing += 1;
+            }
+        }
+        for a in &apps {
+            let v: serde_json::Value = a.get_json(&key(id)).await?.expect("key present");
+            if v["price"] != serde_json::Value::String(price.clone()) {
+                anyhow::bail!("instance served {} for {} after the eviction, database has {price}", v["price"], key(id));
+            }
+        }
+    }
+    println!("{updates} updates of {keys} keys; commit -> local-cache eviction, per app instance (ms):");
+    println!("{:<10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}", "instance", "n", "p50", "p95", "p99", "max", "<200ms");
+    for (i, l) in lat.iter_mut().enumerate() {
+        l.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let q = |p: f64| l.get(((l.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
+        let within = l.iter().filter(|&&x| x < 200.0).count();
+        println!("{:<10} {:>7} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>6.1}%", format!("app-{i}"), l.len(), q(0.5), q(0.95), q(0.99), q(1.0), 100.0 * within as f64 / l.len().max(1) as f64);
+    }
+    for (i, a) in apps.iter().enumerate() {
+        let s = a.stats();
+        println!("app-{i}: hits {} misses {} fills {} events {} evictions {}", s.hits, s.misses, s.fills, s.events, s.evictions);
+    }
+    for a in &apps {
+        a.shutdown().await;
+    }
+    db.disconnect().await?;
+    if missing > 0 {
+        anyhow::bail!("{missing} evictions were not observed within 5 s");
+    }
+    println!("every instance evicted every change and then read the database's value");
+    Ok(())
+}

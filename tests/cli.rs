@@ -1,0 +1,117 @@
+//! The `binval` binary as an operator meets it: config errors, wrong server settings, a start
+//! position the server no longer has, and a clean SIGTERM shutdown.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn binval() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_binval"))
+}
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = tk::state_root().join("configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{}.toml", tk::unique_name(name)));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn run_to_end(args: &[&str], cfg: &std::path::Path) -> (i32, String) {
+    let out = binval().args(args).arg("--config").arg(cfg).stdin(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+
+#[test]
+fn bad_config_names_the_field() {
+    let env = Env::new("badcfg", RedisKind::Standalone);
+    let good = env.config_toml("current", MAPPING);
+    let cases = [
+        (good.replace("replicas = 2", "replicas = 0"), "mappings[0].replicas"),
+        (good.replace("{id}\"]", "{id}\"]\nmode = \"sometimes\""), "mode"),
+        (good.replace(":item:{id}", ":{{tag}}:item:{id}"), "mappings[0].keys[0]"),
+        (good.replace("server_id = ", "server_idd = 5\nserver_id = "), "server_idd"),
+        (good.replace("heartbeat_ms = 500", "heartbeat_ms = \"soon\""), "heartbeat_ms"),
+        (good.replace("interval_ms = 200", "store = \"file\""), "checkpoint.path"),
+    ];
+    for (text, field) in cases {
+        let p = write_config("bad", &text);
+        let (code, out) = run_to_end(&["run"], &p);
+        assert_eq!(code, 2, "config error exits 2: {out}");
+        assert!(out.contains(field), "error names `{field}`: {out}");
+        assert!(out.contains(&p.display().to_string()) || out.contains("config"), "error names the file: {out}");
+    }
+    let (code, out) = run_to_end(&["run"], std::path::Path::new("/nonexistent/binval.toml"));
+    assert_eq!(code, 2);
+    assert!(out.contains("/nonexistent/binval.toml") && out.contains("not found"), "{out}");
+}
+
+#[test]
+fn refuses_wrong_binlog_settings_naming_the_setting() {
+    for (arg, setting, want) in [
+        ("--binlog-row-metadata=MINIMAL", "binlog_row_metadata", "FULL"),
+        ("--binlog-format=STATEMENT", "binlog_format", "ROW"),
+        ("--binlog-row-image=MINIMAL", "binlog_row_image", "FULL"),
+    ] {
+        let db = tk::MariaDb::start_with(&[arg]).expect("start a MariaDB with a wrong setting");
+        let env = Env::new("settings", RedisKind::Standalone);
+        let text = env.config_toml("current", MAPPING).replace(&tk::mariadb().repl_url(), &db.repl_url());
+        let p = write_config("settings", &text);
+        for cmd in ["check", "run"] {
+            let (code, out) = run_to_end(&[cmd], &p);
+            assert_eq!(code, 1, "{cmd} with {arg}: {out}");
+            assert!(out.contains(setting) && out.contains(want), "{cmd} names {setting} and {want}: {out}");
+        }
+    }
+}
+
+#[test]
+fn purged_start_position_is_a_clear_error() {
+    let env = Env::new("purged", RedisKind::Standalone);
+    let p = write_config("purged", &env.config_toml("mysql-bin.999999:4", MAPPING));
+    let (code, out) = run_to_end(&["run"], &p);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("mysql-bin.999999:4") && out.contains("no longer has"), "{out}");
+    assert!(out.contains("bootstrap") || out.contains("newer start"), "says what to do: {out}");
+}
+
+#[test]
+fn sigterm_drains_saves_checkpoint_and_exits_0() {
+    let env = Env::new("sigterm", RedisKind::Standalone);
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let start = rt.block_on(env.binlog_now());
+    let cp_path = tk::state_root().join(format!("{}.checkpoint.json", env.prefix));
+    let text = env
+        .config_toml(&start, MAPPING)
+        .replace("[checkpoint]\n", &format!("[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()));
+    let p = write_config("sigterm", &text);
+    let log = std::fs::File::create(tk::state_root().join(format!("{}.log", env.prefix))).unwrap();
+    let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+    tk::mariadb().sql(&format!("INSERT INTO `{}`.items VALUES (1, 1), (2, 2)", env.db)).unwrap();
+    let mut r = env.redis_client();
+    assert_eq!(r.wait_version(&format!("{}:item:2", env.prefix), 1), 1);
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        assert!(Instant::now() < deadline, "binval did not stop within 30 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0), "clean shutdown exits 0");
+    let cp: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cp_path).expect("checkpoint file written")).unwrap();
+    let events = read_events(&env.topic, 2);
+    assert_eq!(events.len(), 2);
+    let last = events.iter().map(|e| e.position.pos).max().unwrap();
+    assert_eq!(cp["file"].as_str(), Some(events[0].position.file.as_str()));
+    assert!(cp["pos"].as_u64().unwrap() >= last, "checkpoint {cp} covers the last event at {last}");
+}
