@@ -148,3 +148,36 @@ mod tests {
         assert!(matches!(InvalidationEvent::from_json(s), Err(EventDecodeError::UnknownSchema { found: 9, .. })));
     }
 }
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    /// The JSON Schema in schemas/ lists exactly the fields the writer emits.
+    #[test]
+    fn schema_file_matches_the_type() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas/invalidation-event.schema.json");
+        let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let ev = InvalidationEvent {
+            schema: EVENT_SCHEMA_VERSION,
+            key: "k".into(),
+            version: 1,
+            op: Op::Insert,
+            table: "a.b".into(),
+            position: SourcePosition { file: "f".into(), pos: 4, gtid: Some("0-1-1".into()) },
+            commit_time_ms: 0,
+            publish_time_ms: 0,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&ev.to_json()).unwrap();
+        let mut emitted: Vec<&str> = v.as_object().unwrap().keys().map(|s| s.as_str()).collect();
+        let mut required: Vec<&str> = schema["required"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        emitted.sort();
+        required.sort();
+        assert_eq!(emitted, required);
+        let mut props: Vec<&str> = schema["properties"].as_object().unwrap().keys().map(|s| s.as_str()).collect();
+        props.sort();
+        assert_eq!(props, required);
+        let ops: Vec<&str> = schema["properties"]["op"]["enum"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        assert_eq!(ops, [Op::Insert.as_str(), Op::Update.as_str(), Op::Delete.as_str()]);
+    }
+}
