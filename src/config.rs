@@ -40,6 +40,18 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// Prometheus metrics endpoint.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` to serve Prometheus metrics on (`GET /metrics`); unset = no endpoint.
+    #[serde(default)]
+    pub listen: Option<String>,
 }
 
 /// `[source]`: the replica connection.
@@ -349,6 +361,11 @@ impl Config {
         }
         if self.checkpoint.interval_ms == 0 {
             return Err(bad("checkpoint.interval_ms".into(), "must be > 0".into()));
+        }
+        if let Some(l) = &self.metrics.listen {
+            if l.parse::<std::net::SocketAddr>().is_err() {
+                return Err(bad("metrics.listen".into(), format!("`{l}` is not an ip:port socket address")));
+            }
         }
         let mut seen = std::collections::HashSet::new();
         for (i, m) in self.mappings.iter().enumerate() {

@@ -52,6 +52,9 @@ pub enum DefiniteError {
     /// Kafka refused an event for a reason retrying cannot fix.
     #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
     KafkaRefused { key: String, topic: String, message: String },
+    /// The metrics endpoint could not be started (address in use, bad address).
+    #[error("metrics endpoint: {0}")]
+    MetricsListen(String),
     /// The checkpoint store holds something that is not a checkpoint.
     #[error("checkpoint at {location} is unreadable: {message}")]
     BadCheckpoint { location: String, message: String },

@@ -78,6 +78,10 @@ fn main() -> ExitCode {
 }
 
 async fn run(cfg: Config) -> Result<(), Error> {
+    if let Some(listen) = &cfg.metrics.listen {
+        binval::telemetry::serve_metrics(listen).map_err(binval::error::DefiniteError::MetricsListen)?;
+        tracing::info!(listen = %listen, "serving Prometheus metrics at /metrics");
+    }
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");

@@ -32,6 +32,7 @@ use crate::kafka_sink::KafkaSink;
 use crate::mapping::{KeyChange, Mapper};
 use crate::redis_sink::RedisConn;
 use crate::source::{self, Resume, SourceStats};
+use crate::telemetry::names;
 use crate::txn::Transaction;
 
 /// Committed transactions buffered between source and apply.
@@ -83,6 +84,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
                 }
                 let wait = backoff.next_backoff().unwrap_or(Duration::from_secs(30));
                 stats.restarts.fetch_add(1, Relaxed);
+                metrics::counter!(names::RESTARTS).increment(1);
                 tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "pipeline stalled; restarting from the checkpoint");
                 let mut sd = shutdown.clone();
                 tokio::select! {
@@ -164,6 +166,7 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
 /// A transaction whose Redis writes are done and whose events are in flight.
 struct Pending {
     position: SourcePosition,
+    commit_time_ms: u64,
     deliveries: Vec<(String, DeliveryFuture)>,
 }
 
@@ -183,7 +186,9 @@ async fn apply_loop(
         }
         let mut deliveries = Vec::with_capacity(changes.len());
         if !changes.is_empty() {
+            let t = Instant::now();
             let versions = redis.apply_all(&changes).await?;
+            metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
             for (ch, version) in changes.iter().zip(versions) {
                 let ev = InvalidationEvent {
                     schema: EVENT_SCHEMA_VERSION,
@@ -198,9 +203,12 @@ async fn apply_loop(
                 deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
             }
             stats.key_changes.fetch_add(changes.len() as u64, Relaxed);
+            metrics::counter!(names::KEY_CHANGES).increment(changes.len() as u64);
+            metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
         }
         stats.transactions.fetch_add(1, Relaxed);
-        if acks.send(Pending { position: txn.position, deliveries }).await.is_err() {
+        metrics::counter!(names::TRANSACTIONS).increment(1);
+        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, deliveries }).await.is_err() {
             break;
         }
     }
@@ -234,10 +242,12 @@ async fn checkpoint_loop(
             rx.recv().await
         };
         let Some(p) = next else { break };
+        let had_events = !p.deliveries.is_empty();
         for (key, d) in p.deliveries {
             match d.await {
                 Ok(Ok(_)) => {
                     stats.events_acked.fetch_add(1, Relaxed);
+                    metrics::counter!(names::EVENTS_ACKED).increment(1);
                 }
                 Ok(Err((e, _))) => {
                     failure = Some(TransientError::Kafka(format!("delivery of event for key {key} failed: {e}")).into());
@@ -251,6 +261,12 @@ async fn checkpoint_loop(
         }
         if let Some(g) = &p.position.gtid {
             gtids.record(g);
+        }
+        if p.commit_time_ms > 0 {
+            metrics::gauge!(names::ACKED_COMMIT_TS).set(p.commit_time_ms as f64 / 1000.0);
+            if had_events {
+                metrics::histogram!(names::COMMIT_TO_ACK_S).record(crate::now_ms().saturating_sub(p.commit_time_ms) as f64 / 1000.0);
+            }
         }
         *stats.acked.lock().unwrap() = Some(p.position.clone());
         acked = Some(p.position);
@@ -275,6 +291,7 @@ async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &
     match store.lock().await.save(&cp).await {
         Ok(()) => {
             stats.checkpoints.fetch_add(1, Relaxed);
+            metrics::counter!(names::CHECKPOINTS).increment(1);
             tracing::debug!(file = %cp.file, pos = cp.pos, "checkpoint saved");
         }
         // A failed save only means a restart re-applies more; the next save retries.

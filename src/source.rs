@@ -85,7 +85,8 @@ pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
 /// Check the settings binval needs and read where the binlog is now.
 pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     let q = |e| classify_mysql(e, "preflight");
-    let row: Option<(String, String, String, Option<String>, Option<String>)> = conn
+    type Settings = (String, String, String, Option<String>, Option<String>);
+    let row: Option<Settings> = conn
         .query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata")
         .await
         .or_else(|e| match &e {
@@ -177,6 +178,7 @@ pub async fn run(
                 }
                 let wait = backoff.next_backoff().unwrap_or(Duration::from_millis(cfg.reconnect_max_ms));
                 stats.reconnects.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                metrics::counter!(crate::telemetry::names::RECONNECTS).increment(1);
                 tracing::warn!(error = %e, resume = %resume, wait_ms = wait.as_millis() as u64, "source connection lost; reconnecting");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -239,6 +241,10 @@ async fn read_once(
     let mut tables: HashMap<u64, Arc<TableSchema>> = HashMap::new();
     let mut asm = Assembler::new();
     let mut seen_fde = false;
+    let mut last_pos: u64 = match &*resume {
+        Resume::FilePos(p) => p.pos,
+        Resume::Gtid(_) => 4,
+    };
     loop {
         let next = tokio::select! {
             r = tokio::time::timeout(silent_limit, stream.next()) => r,
@@ -247,11 +253,14 @@ async fn read_once(
         let ev = match next {
             Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
             Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
-            Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}"))),
+            Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}:{last_pos}"))),
             Ok(Some(Ok(ev))) => ev,
         };
         stats.events.fetch_add(1, Relaxed);
         let header = ev.header();
+        if header.log_pos() != 0 {
+            last_pos = header.log_pos() as u64;
+        }
         let here = |file: &str| SourcePosition { file: file.to_string(), pos: header.log_pos() as u64, gtid: None };
         let at = || format!("{}:{}", file, header.log_pos());
         if header.event_type_raw() == MARIADB_GTID_EVENT {

@@ -88,15 +88,27 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let start = rt.block_on(env.binlog_now());
     let cp_path = tk::state_root().join(format!("{}.checkpoint.json", env.prefix));
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let text = env
         .config_toml(&start, MAPPING)
-        .replace("[checkpoint]\n", &format!("[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()));
+        .replace("[checkpoint]\n", &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()));
     let p = write_config("sigterm", &text);
     let log = std::fs::File::create(tk::state_root().join(format!("{}.log", env.prefix))).unwrap();
     let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
     tk::mariadb().sql(&format!("INSERT INTO `{}`.items VALUES (1, 1), (2, 2)", env.db)).unwrap();
     let mut r = env.redis_client();
     assert_eq!(r.wait_version(&format!("{}:item:2", env.prefix), 1), 1);
+    // Prometheus endpoint: both events acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = http_get(metrics_port, "/metrics");
+        if body.contains("binval_events_acked_total 2") {
+            assert!(body.contains("binval_key_changes_total 2"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "metrics never showed 2 acked events: {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -114,4 +126,13 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let last = events.iter().map(|e| e.position.pos).max().unwrap();
     assert_eq!(cp["file"].as_str(), Some(events[0].position.file.as_str()));
     assert!(cp["pos"].as_u64().unwrap() >= last, "checkpoint {cp} covers the last event at {last}");
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return String::new() };
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }

@@ -128,14 +128,14 @@ interval_ms = 200
     pub fn redis_client(&self) -> RedisClient {
         match self.redis {
             RedisKind::Standalone => RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap()),
-            RedisKind::Cluster => RedisClient::Cluster(redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap()),
+            RedisKind::Cluster => RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap())),
         }
     }
 }
 
 pub enum RedisClient {
     Standalone(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl RedisClient {
@@ -143,7 +143,7 @@ impl RedisClient {
         let cmd = redis::cmd("GET").arg(key).clone();
         match self {
             RedisClient::Standalone(c) => cmd.query(c).unwrap(),
-            RedisClient::Cluster(c) => cmd.query(c).unwrap(),
+            RedisClient::Cluster(c) => cmd.query(&mut **c).unwrap(),
         }
     }
     pub fn version(&mut self, key: &str) -> u64 {
