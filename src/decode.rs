@@ -90,6 +90,17 @@ impl TableSchema {
     /// Prepare a table from its TABLE_MAP event. Errors when column names are missing
     /// (binlog_row_metadata is not FULL).
     pub fn from_table_map(tme: TableMapEvent<'static>) -> Result<Self, DecodeError> {
+        Self::prepare(tme, true)
+    }
+
+    /// Like [`TableSchema::from_table_map`], but a TABLE_MAP without column names (MINIMAL row
+    /// metadata, or MySQL 5.x) names columns `@0`, `@1`, ... in table order (the offline reader
+    /// uses this; the live pipeline refuses such a source at preflight).
+    pub fn from_table_map_positional(tme: TableMapEvent<'static>) -> Result<Self, DecodeError> {
+        Self::prepare(tme, false)
+    }
+
+    fn prepare(tme: TableMapEvent<'static>, require_names: bool) -> Result<Self, DecodeError> {
         let name: Arc<str> = format!("{}.{}", tme.database_name(), tme.table_name()).into();
         let n = tme.columns_count() as usize;
         let mut columns = Vec::with_capacity(n);
@@ -105,7 +116,7 @@ impl TableSchema {
                 }
             };
             columns.push(ColumnSchema {
-                name: Arc::from(""),
+                name: Arc::from(format!("@{i}").as_str()),
                 ty,
                 meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
                 unsigned: false,
@@ -191,7 +202,7 @@ impl TableSchema {
                 _ => {}
             }
         }
-        if !have_names && n > 0 {
+        if require_names && !have_names && n > 0 {
             return Err(DecodeError::NoColumnNames { table: name.to_string() });
         }
         Ok(TableSchema { name, columns, tme })
@@ -290,7 +301,7 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
             _ => Json::from(i),
         },
         Value::UInt(u) => Json::from(u),
-        Value::Float(f) => Number::from_f64(f as f64).map(Json::Number).unwrap_or(Json::Null),
+        Value::Float(f) => f32_json(f),
         Value::Double(d) => Number::from_f64(d).map(Json::Number).unwrap_or(Json::Null),
         Value::Date(y, mo, d, h, mi, s, us) => match col.ty {
             MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Json::String(format!("{y:04}-{mo:02}-{d:02}")),
@@ -350,6 +361,17 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
                 }
                 text_or_base64(table, col, b)?
             }
+            MYSQL_TYPE_VECTOR => {
+                // MySQL 9 VECTOR: little-endian IEEE-754 float32 values.
+                if b.len() % 4 != 0 {
+                    return Err(unsupported());
+                }
+                Json::Array(
+                    b.chunks_exact(4)
+                        .map(|c| f32_json(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                        .collect(),
+                )
+            }
             MYSQL_TYPE_JSON => {
                 // MariaDB stores JSON as LONGTEXT; MySQL's binary JSON is handled above.
                 let s = String::from_utf8(b).map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })?;
@@ -389,6 +411,12 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
     String::from_utf8(b)
         .map(Json::String)
         .map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })
+}
+
+/// A FLOAT as the shortest decimal that reads back as the same f32 (what MySQL prints:
+/// `1.1`, not `1.100000023841858`).
+fn f32_json(f: f32) -> Json {
+    f.to_string().parse::<f64>().ok().and_then(Number::from_f64).map(Json::Number).unwrap_or(Json::Null)
 }
 
 fn frac(us: u32, fsp: u8) -> String {

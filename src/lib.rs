@@ -13,6 +13,7 @@
 //! | [`kafka_sink`] | one invalidation event per key change |
 //! | [`checkpoint`] | resume position saved only after both sinks acknowledged |
 //! | [`pipeline`] | wiring, supervisor, graceful shutdown |
+//! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
 //!
 //! [`config`] and [`error`] serve all stages; errors are split into definite (halt) and
 //! transient (retry).
@@ -23,6 +24,7 @@ pub mod decode;
 pub mod error;
 pub mod kafka_sink;
 pub mod mapping;
+pub mod offline;
 pub mod pipeline;
 pub mod redis_sink;
 pub mod source;

@@ -40,12 +40,26 @@ enum Command {
         #[arg(long, short, env = "BINVAL_CONFIG")]
         config: PathBuf,
     },
+    /// Decode a binlog file offline: one JSON line per event and per row (canonical values).
+    /// Exits 1 with the file and position when the file is truncated, corrupt or undecodable.
+    Decode {
+        /// The binlog file (MySQL 5.x-8.x or MariaDB).
+        #[arg(long)]
+        binlog_file: PathBuf,
+        /// First event position (an event boundary). Default: the first event (4).
+        #[arg(long)]
+        start: Option<u64>,
+        /// Stop before this position. Default: end of file.
+        #[arg(long)]
+        stop: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = match &cli.command {
         Command::Run { config } | Command::Check { config } => config.clone(),
+        Command::Decode { binlog_file, start, stop } => return decode(binlog_file, *start, *stop),
     };
     let cfg = match Config::load(&path) {
         Ok(c) => c,
@@ -65,6 +79,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { .. } => run(cfg).await,
             Command::Check { .. } => check(cfg).await,
+            Command::Decode { .. } => unreachable!("handled without a config"),
         }
     });
     match result {
@@ -112,4 +127,27 @@ async fn check(cfg: Config) -> Result<(), Error> {
     println!("kafka: topic {} reachable", k.topic());
     println!("mappings: {} table(s)", cfg.mappings.len());
     Ok(())
+}
+
+fn decode(file: &std::path::Path, start: Option<u64>, stop: Option<u64>) -> ExitCode {
+    use std::io::Write;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut broken_pipe = false;
+    let r = binval::offline::read_file(file, start, stop, |line| {
+        if !broken_pipe && writeln!(out, "{line}").is_err() {
+            broken_pipe = true;
+        }
+    });
+    let _ = out.flush();
+    match r {
+        Ok(s) => {
+            eprintln!("{}: {} events, {} row events, {} rows, read to position {}", file.display(), s.events, s.row_events, s.rows, s.end_pos);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
