@@ -52,6 +52,12 @@ pub enum DefiniteError {
     /// Kafka refused an event for a reason retrying cannot fix.
     #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
     KafkaRefused { key: String, topic: String, message: String },
+    /// A table-level DDL statement on a mapped table that binval does not act on yet.
+    #[error("{kind} of mapped table {table} at binlog position {position} would leave its cached keys stale; binval stops instead of skipping it. Statement: {statement}. Restart with a checkpoint past this position once the keys are rebuilt (or unmap the table)")]
+    UnsupportedDdl { kind: &'static str, table: String, position: String, statement: String },
+    /// The source writes events binval cannot decode (e.g. MariaDB log_bin_compress=ON).
+    #[error("{0}")]
+    UnsupportedEvent(String),
     /// The metrics endpoint could not be started (address in use, bad address).
     #[error("metrics endpoint: {0}")]
     MetricsListen(String),

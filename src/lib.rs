@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`source`] | replica connection, preflight, start/resume, heartbeats, reconnect |
 //! | [`decode`] | TABLE_MAP + row events -> rows with named columns, canonical JSON values |
+//! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
 //! | [`txn`] | rows grouped by transaction; only committed transactions go on |
 //! | [`mapping`] | `schema.table` -> logical key changes |
 //! | [`redis_sink`] | replicas first, then the version token |
@@ -20,6 +21,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod ddl;
 pub mod decode;
 pub mod error;
 pub mod kafka_sink;

@@ -228,3 +228,27 @@ async fn restart_between_changes_misses_nothing() {
     std::thread::sleep(Duration::from_millis(10));
     assert_eq!(block(|| r.version(&k(1))), 2, "a clean stop re-applies nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_of_a_mapped_table_stops_loudly_unmapped_ddl_does_not() {
+    let env = Env::new("ddl", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    env.exec("INSERT INTO items (id) VALUES (1)").await;
+    env.exec("ALTER TABLE items ADD COLUMN extra INT DEFAULT 7").await; // column change: fine
+    env.exec("TRUNCATE other").await; // unmapped: fine
+    env.exec("DROP TABLE other").await;
+    env.exec("INSERT INTO items (id) VALUES (2)").await;
+    let mut r = env.redis_client();
+    let k2 = format!("{}:item:2", env.prefix);
+    assert_eq!(block(|| r.wait_version(&k2, 1)), 1);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{k2}:r0"))).unwrap()).unwrap();
+    assert_eq!(v["extra"], json!(7), "the new column follows from the TABLE_MAP");
+    env.exec("TRUNCATE TABLE items").await;
+    let e = run.expect_error(20).await;
+    assert!(!e.is_transient());
+    let m = e.to_string();
+    assert!(m.contains("TRUNCATE") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
+}

@@ -180,6 +180,16 @@ pub fn start(cfg: Config) -> Running {
 }
 
 impl Running {
+    /// Wait for the pipeline to stop by itself with an error (within `secs`).
+    pub async fn expect_error(self, secs: u64) -> binval::error::Error {
+        match tokio::time::timeout(Duration::from_secs(secs), self.handle).await {
+            Ok(Ok(Err(e))) => e,
+            Ok(Ok(Ok(()))) => panic!("pipeline ended without an error"),
+            Ok(Err(e)) => panic!("pipeline task failed: {e}"),
+            Err(_) => panic!("pipeline still running after {secs} s"),
+        }
+    }
+
     /// Graceful stop; panics if the pipeline failed.
     pub async fn stop(self) {
         let _ = self.stop.send(true);

@@ -1,0 +1,193 @@
+//! DDL that matters to the cache. Column changes (ALTER TABLE ADD/DROP/MODIFY COLUMN) need
+//! nothing: every TABLE_MAP carries the table's current columns. Statements that remove rows
+//! or rename a table without row events — TRUNCATE, DROP TABLE, RENAME TABLE, ALTER TABLE ...
+//! RENAME — would leave cached keys stale with no event to evict them. Until binval acts on
+//! them (table epochs, issue #3), the source stops with a definite error naming the table, the
+//! position and the statement rather than skip them.
+
+/// A statement that affects whole tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableDdl {
+    /// `TRUNCATE`, `DROP TABLE`, `RENAME TABLE` or `ALTER TABLE ... RENAME`.
+    pub kind: &'static str,
+    /// Tables named, as `schema.table` (the statement's default schema filled in).
+    pub tables: Vec<String>,
+}
+
+/// Recognise a table-level DDL statement. `default_schema` is the QUERY event's schema.
+/// Returns `None` for anything else (DML, CREATE, column-level ALTER, ...).
+pub fn classify(query: &str, default_schema: &str) -> Option<TableDdl> {
+    let toks = tokenize(query);
+    let kw = |i: usize| toks.get(i).map(|t| t.to_ascii_uppercase()).unwrap_or_default();
+    let mut i = 0;
+    match kw(0).as_str() {
+        "TRUNCATE" => {
+            i += 1;
+            if kw(i) == "TABLE" {
+                i += 1;
+            }
+            let (t, _) = name_at(&toks, i, default_schema)?;
+            Some(TableDdl { kind: "TRUNCATE", tables: vec![t] })
+        }
+        "DROP" => {
+            i += 1;
+            if kw(i) == "TEMPORARY" {
+                return None;
+            }
+            if kw(i) != "TABLE" {
+                return None;
+            }
+            i += 1;
+            if kw(i) == "IF" && kw(i + 1) == "EXISTS" {
+                i += 2;
+            }
+            let mut tables = Vec::new();
+            while let Some((t, next)) = name_at(&toks, i, default_schema) {
+                tables.push(t);
+                if toks.get(next).map(String::as_str) == Some(",") {
+                    i = next + 1;
+                } else {
+                    break;
+                }
+            }
+            (!tables.is_empty()).then_some(TableDdl { kind: "DROP TABLE", tables })
+        }
+        "RENAME" if kw(1) == "TABLE" => {
+            i = 2;
+            let mut tables = Vec::new();
+            while let Some((from, next)) = name_at(&toks, i, default_schema) {
+                tables.push(from);
+                if kw(next) != "TO" {
+                    break;
+                }
+                let Some((to, after)) = name_at(&toks, next + 1, default_schema) else { break };
+                tables.push(to);
+                if toks.get(after).map(String::as_str) == Some(",") {
+                    i = after + 1;
+                } else {
+                    break;
+                }
+            }
+            (!tables.is_empty()).then_some(TableDdl { kind: "RENAME TABLE", tables })
+        }
+        "ALTER" => {
+            i = 1;
+            if kw(i) == "ONLINE" || kw(i) == "IGNORE" {
+                i += 1;
+            }
+            if kw(i) != "TABLE" {
+                return None;
+            }
+            let (t, next) = name_at(&toks, i + 1, default_schema)?;
+            // RENAME anywhere at clause level (not RENAME COLUMN / RENAME INDEX / RENAME KEY).
+            let mut j = next;
+            while j < toks.len() {
+                if toks[j].eq_ignore_ascii_case("RENAME") {
+                    let nk = kw(j + 1);
+                    if !matches!(nk.as_str(), "COLUMN" | "INDEX" | "KEY") {
+                        let k = if nk == "TO" || nk == "AS" { j + 2 } else { j + 1 };
+                        let mut tables = vec![t];
+                        if let Some((to, _)) = name_at(&toks, k, default_schema) {
+                            tables.push(to);
+                        }
+                        return Some(TableDdl { kind: "ALTER TABLE ... RENAME", tables });
+                    }
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Split into identifiers (backquotes removed), `.` and `,` tokens; comments and strings
+/// are not expected in the statements recognised here.
+fn tokenize(q: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = q.chars().peekable();
+    let flush = |cur: &mut String, out: &mut Vec<String>| {
+        if !cur.is_empty() {
+            out.push(std::mem::take(cur));
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '`' => {
+                flush(&mut cur, &mut out);
+                let mut id = String::new();
+                while let Some(d) = chars.next() {
+                    if d == '`' {
+                        if chars.peek() == Some(&'`') {
+                            chars.next();
+                            id.push('`');
+                        } else {
+                            break;
+                        }
+                    } else {
+                        id.push(d);
+                    }
+                }
+                out.push(format!("`{id}"));
+            }
+            '.' | ',' | ';' | '(' | ')' => {
+                flush(&mut cur, &mut out);
+                out.push(c.to_string());
+            }
+            c if c.is_whitespace() => flush(&mut cur, &mut out),
+            c => cur.push(c),
+        }
+    }
+    flush(&mut cur, &mut out);
+    out
+}
+
+/// A possibly qualified table name at `i`; returns `schema.table` and the index after it.
+fn name_at(toks: &[String], i: usize, default_schema: &str) -> Option<(String, usize)> {
+    let ident = |t: &String| -> Option<String> {
+        if let Some(s) = t.strip_prefix('`') {
+            Some(s.to_string())
+        } else if t.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            Some(t.clone())
+        } else {
+            None
+        }
+    };
+    let first = ident(toks.get(i)?)?;
+    if toks.get(i + 1).map(String::as_str) == Some(".") {
+        let second = ident(toks.get(i + 2)?)?;
+        Some((format!("{first}.{second}"), i + 3))
+    } else {
+        Some((format!("{default_schema}.{first}"), i + 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(q: &str) -> Option<(&'static str, Vec<String>)> {
+        classify(q, "shop").map(|d| (d.kind, d.tables))
+    }
+
+    #[test]
+    fn recognises_table_ddl() {
+        assert_eq!(t("TRUNCATE items"), Some(("TRUNCATE", vec!["shop.items".into()])));
+        assert_eq!(t("truncate table `my db`.`it``ems`"), Some(("TRUNCATE", vec!["my db.it`ems".into()])));
+        assert_eq!(t("DROP TABLE IF EXISTS a, b.c /* generated by server */"), Some(("DROP TABLE", vec!["shop.a".into(), "b.c".into()])));
+        assert_eq!(t("RENAME TABLE items TO items_old, new TO items"), Some(("RENAME TABLE", vec!["shop.items".into(), "shop.items_old".into(), "shop.new".into(), "shop.items".into()])));
+        assert_eq!(t("ALTER TABLE items RENAME TO goods"), Some(("ALTER TABLE ... RENAME", vec!["shop.items".into(), "shop.goods".into()])));
+        assert_eq!(t("ALTER TABLE items ADD COLUMN x INT, RENAME AS other.goods"), Some(("ALTER TABLE ... RENAME", vec!["shop.items".into(), "other.goods".into()])));
+    }
+
+    #[test]
+    fn ignores_the_rest() {
+        assert_eq!(t("ALTER TABLE items ADD COLUMN x INT"), None);
+        assert_eq!(t("ALTER TABLE items RENAME COLUMN a TO b"), None);
+        assert_eq!(t("DROP TEMPORARY TABLE t"), None);
+        assert_eq!(t("CREATE TABLE items (id INT)"), None);
+        assert_eq!(t("BEGIN"), None);
+        assert_eq!(t("DROP DATABASE shop"), None);
+    }
+}
