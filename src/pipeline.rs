@@ -130,13 +130,40 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
     let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(TXN_CHANNEL);
     let (ack_tx, ack_rx) = mpsc::channel::<Pending>(ACK_CHANNEL);
 
-    let source_task = tokio::spawn(source::run(cfg.source.clone(), mapper.clone(), resume, txn_tx, shutdown.clone(), stats.source.clone()));
-    let apply_task = tokio::spawn(apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone()));
+    // One stop signal for the three tasks: set by the operator's shutdown, or by any task that
+    // fails, so an idle source (blocked on the binlog) stops at once when a sink fails.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let forward = {
+        let stop_tx = stop_tx.clone();
+        let mut sd = shutdown.clone();
+        tokio::spawn(async move {
+            let _ = sd.wait_for(|v| *v).await;
+            let _ = stop_tx.send(true);
+        })
+    };
+    let stop_on_error = |stop_tx: Arc<watch::Sender<bool>>, r: Result<(), Error>| {
+        if r.is_err() {
+            let _ = stop_tx.send(true);
+        }
+        r
+    };
+    let source_task = {
+        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
+        tokio::spawn(async move { stop_on_error(st, f.await) })
+    };
+    let apply_task = {
+        let (st, f) = (stop_tx.clone(), apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone()));
+        tokio::spawn(async move { stop_on_error(st, f.await) })
+    };
     let interval = Duration::from_millis(cfg.checkpoint.interval_ms);
     let store = Arc::new(Mutex::new(store));
-    let cp_task = tokio::spawn(checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
-
+    let cp_task = {
+        let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
+        tokio::spawn(async move { stop_on_error(st, f.await) })
+    };
     let (s, a, c) = tokio::join!(source_task, apply_task, cp_task);
+    forward.abort();
     let flat = |r: Result<Result<(), Error>, tokio::task::JoinError>| match r {
         Ok(r) => r,
         Err(e) => Err(TransientError::Source(format!("task failed: {e}")).into()),

@@ -188,7 +188,7 @@ pub async fn run(
                 tracing::warn!(error = %e, resume = %resume, wait_ms = wait.as_millis() as u64, "source connection lost; reconnecting");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = shutdown.changed() => return Ok(()),
+                    _ = shutdown.wait_for(|v| *v) => return Ok(()),
                 }
             }
             Err(e) => return Err(e),
@@ -254,7 +254,7 @@ async fn read_once(
     loop {
         let next = tokio::select! {
             r = tokio::time::timeout(silent_limit, stream.next()) => r,
-            _ = shutdown.changed() => return Ok(()),
+            _ = shutdown.wait_for(|v| *v) => return Ok(()),
         };
         let ev = match next {
             Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
@@ -367,7 +367,7 @@ async fn read_once(
             let pos = txn.position.clone();
             tokio::select! {
                 r = out.send(txn) => if r.is_err() { return Ok(()) },
-                _ = shutdown.changed() => return Ok(()),
+                _ = shutdown.wait_for(|v| *v) => return Ok(()),
             }
             *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
         }

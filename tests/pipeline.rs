@@ -252,3 +252,43 @@ async fn truncate_of_a_mapped_table_stops_loudly_unmapped_ddl_does_not() {
     let m = e.to_string();
     assert!(m.contains("TRUNCATE") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_failure_stops_an_idle_pipeline_at_once() {
+    let env = Env::new("sinkfail", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    let key = format!("{}:item:1", env.prefix);
+    // Make the version token a hash: INCR then fails with WRONGTYPE (a definite error).
+    let mut r = env.redis_client();
+    if let RedisClient::Standalone(c) = &mut r {
+        let _: () = redis::cmd("HSET").arg(format!("{key}:ver")).arg("f").arg("v").query(c).unwrap();
+    }
+    let before = env.binlog_now().await;
+    env.exec("INSERT INTO items (id) VALUES (1)").await;
+    // No further commit: the source sits idle on the binlog, yet the failure must end the run.
+    let e = run.expect_error(15).await;
+    let m = e.to_string();
+    assert!(!e.is_transient() && m.contains("WRONGTYPE") && m.contains(&key), "{m}");
+    let cp = block(|| r.get(&format!("binval:checkpoint:{}", env.source_name))).unwrap();
+    let cp: serde_json::Value = serde_json::from_str(&cp).unwrap();
+    // End of the failed transaction: the Xid after our table's TABLE_MAP.
+    let (bf, bp) = before.rsplit_once(':').unwrap();
+    let out = tk::mariadb().sql(&format!("SHOW BINLOG EVENTS IN '{bf}' FROM {bp}")).unwrap();
+    let mut seen_map = false;
+    let mut txn_end = None;
+    for line in out.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 6 && cols[2] == "Table_map" && cols[5].contains(&env.db) {
+            seen_map = true;
+        }
+        if seen_map && cols.len() >= 5 && cols[2] == "Xid" {
+            txn_end = Some(cols[4].parse::<u64>().unwrap());
+            break;
+        }
+    }
+    let txn_end = txn_end.expect("found the failed transaction in the binlog");
+    assert_eq!(cp["file"].as_str().unwrap(), bf);
+    assert!(cp["pos"].as_u64().unwrap() < txn_end, "the failed transaction is not acknowledged: {cp}, transaction ends at {txn_end}");
+}
