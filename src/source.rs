@@ -328,6 +328,16 @@ async fn read_once(
                 }
                 None
             }
+            EventData::XaPrepareLogEvent(_) => {
+                if asm.held_rows() > 0 {
+                    return Err(DefiniteError::UnsupportedEvent(format!(
+                        "XA PREPARE at {} holds changes of mapped tables; binval does not apply two-phase XA transactions yet (they would reach the cache before their XA COMMIT or despite an XA ROLLBACK)",
+                        at()
+                    ))
+                    .into());
+                }
+                asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+            }
             EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() }),
             EventData::GtidEvent(g) => {
                 let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
@@ -337,7 +347,12 @@ async fn read_once(
             EventData::QueryEvent(q) => {
                 let text = q.query();
                 let t = text.trim();
-                if t.eq_ignore_ascii_case("BEGIN") {
+                let upper: String = t.chars().take(12).collect::<String>().to_ascii_uppercase();
+                if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
+                    None
+                } else if upper.starts_with("XA COMMIT") && asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                } else if t.eq_ignore_ascii_case("BEGIN") {
                     asm.boundary(Boundary::Begin { gtid: None, standalone: false })
                 } else if t.eq_ignore_ascii_case("COMMIT") {
                     asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })

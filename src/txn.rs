@@ -73,6 +73,11 @@ impl Assembler {
     pub fn boundary(&mut self, b: Boundary) -> Option<Transaction> {
         match b {
             Boundary::Begin { gtid, standalone } => {
+                if gtid.is_some() || !self.open {
+                    // A new event group: nothing held from an earlier, unterminated group
+                    // (an XA PREPARE, a cut stream) may leak into it.
+                    self.rows.clear();
+                }
                 if gtid.is_some() {
                     self.gtid = gtid;
                 }

@@ -292,3 +292,38 @@ async fn a_sink_failure_stops_an_idle_pipeline_at_once() {
     assert_eq!(cp["file"].as_str().unwrap(), bf);
     assert!(cp["pos"].as_u64().unwrap() < txn_end, "the failed transaction is not acknowledged: {cp}, transaction ends at {txn_end}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xa_transactions_never_reach_the_cache_uncommitted() {
+    let env = Env::new("xa", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let mut c = env.conn().await;
+    use mysql_async::prelude::Queryable;
+    // One-phase XA commit on a mapped table: applied like any transaction.
+    for q in ["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"] {
+        c.query_drop(q).await.unwrap();
+    }
+    // Two-phase XA on an unmapped table: passes by.
+    for q in ["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"] {
+        c.query_drop(q).await.unwrap();
+    }
+    c.query_drop("INSERT INTO items (id) VALUES (2)").await.unwrap();
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&k(2), 1)), 1);
+    assert_eq!(block(|| r.version(&k(1))), 1);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{}:r0", k(1)))).unwrap()).unwrap();
+    assert_eq!(v["title"], json!("xa one phase"));
+    // Two-phase XA on a mapped table: refused loudly at PREPARE, nothing written.
+    for q in ["XA START 'three'", "UPDATE items SET title = 'prepared only' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'", "XA ROLLBACK 'three'"] {
+        c.query_drop(q).await.unwrap();
+    }
+    c.disconnect().await.ok();
+    let e = run.expect_error(15).await;
+    assert!(e.to_string().contains("XA PREPARE"), "{e}");
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{}:r0", k(1)))).unwrap()).unwrap();
+    assert_eq!(v["title"], json!("xa one phase"), "the prepared-then-rolled-back change never reached Redis");
+}
