@@ -107,6 +107,7 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
 
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
+    let logs = source::binary_logs(&mut conn).await?;
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
     let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
@@ -119,6 +120,16 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
     match (&saved, &resume) {
         (Some(c), _) => tracing::info!(file = %c.file, pos = c.pos, store = %store.location(), "resuming from checkpoint"),
         (None, Resume::FilePos(p)) => {
+            if !logs.iter().any(|l| l == &p.file) {
+                return Err(DefiniteError::PositionGone {
+                    position: format!("{}:{}", p.file, p.pos),
+                    message: format!("file {} is not among the server's binary logs ({})", p.file, logs.join(", ")),
+                }
+                .into());
+            }
+            if start == StartPosition::Current {
+                tracing::warn!(store = %store.location(), "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
+            }
             // Pin the start now: a crash before the first transaction must not move a
             // `current` start forward and skip changes.
             store.save(&checkpoint_at(p, &gtids)).await?;

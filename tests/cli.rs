@@ -79,6 +79,14 @@ fn purged_start_position_is_a_clear_error() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("mysql-bin.999999:4") && out.contains("no longer has"), "{out}");
     assert!(out.contains("bootstrap") || out.contains("newer start"), "says what to do: {out}");
+    // The bad start was not pinned as a checkpoint: fixing source.start is enough.
+    let fixed = write_config("purged", &env.config_toml("current", MAPPING));
+    let mut child = binval().arg("run").arg("--config").arg(&fixed).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "runs with the corrected start");
+    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
