@@ -231,6 +231,9 @@ pub struct RowChange {
     pub before: Option<Row>,
     /// After image (insert, update).
     pub after: Option<Row>,
+    /// Index of the row event within its transaction: rows of one event come from one
+    /// statement and take effect together.
+    pub event: u32,
 }
 
 /// Decode every row of one row event of `table`, appending to `out`.
@@ -255,7 +258,7 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
         let (b, a) = r.map_err(|e| DecodeError::Parse { table: table.name.to_string(), source: e })?;
         let before = b.map(|row| image_to_json(table, &before_cols, row.unwrap())).transpose()?;
         let after = a.map(|row| image_to_json(table, &after_cols, row.unwrap())).transpose()?;
-        out.push(RowChange { table: table.name.clone(), kind, before, after });
+        out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0 });
     }
     Ok(())
 }

@@ -92,8 +92,34 @@ impl Mapper {
         self.rules.keys().map(|s| s.as_str())
     }
 
+    /// Append the key changes of a transaction's rows to `out`, in commit order. Within the rows
+    /// of one row event (one statement, whose changes take effect together), the deletes of
+    /// keys that rows move away from come first, so a statement that swaps key values
+    /// (`SET k = CASE k WHEN 'a' THEN 'b' WHEN 'b' THEN 'a' END`) leaves both keys present.
+    pub fn map_rows(&self, rows: &[RowChange], out: &mut Vec<KeyChange>) {
+        let mut i = 0;
+        while i < rows.len() {
+            let mut j = i;
+            while j < rows.len() && rows[j].event == rows[i].event {
+                j += 1;
+            }
+            for r in &rows[i..j] {
+                self.map_one(r, Phase::MovedAway, out);
+            }
+            for r in &rows[i..j] {
+                self.map_one(r, Phase::Rest, out);
+            }
+            i = j;
+        }
+    }
+
     /// Append the key changes of one row change to `out`, in template order.
     pub fn map_row(&self, row: &RowChange, out: &mut Vec<KeyChange>) {
+        self.map_one(row, Phase::MovedAway, out);
+        self.map_one(row, Phase::Rest, out);
+    }
+
+    fn map_one(&self, row: &RowChange, phase: Phase, out: &mut Vec<KeyChange>) {
         let Some(rule) = self.rules.get(&*row.table) else { return };
         for t in &rule.templates {
             let old = row.before.as_ref().and_then(|r| render(t, r));
@@ -110,31 +136,41 @@ impl Mapper {
                 }
                 out.push(KeyChange { key, op, table: rule.table.clone(), payload, replicas: rule.replicas, ttl_secs: rule.ttl_secs });
             };
-            match row.kind {
-                RowKind::Insert => {
+            match (phase, row.kind) {
+                (Phase::MovedAway, RowKind::Update) => {
+                    if let (Some(o), n) = (old, new) {
+                        if n.as_deref() != Some(o.as_str()) {
+                            push(o, Op::Delete, None);
+                        }
+                    }
+                }
+                (Phase::MovedAway, _) => {}
+                (Phase::Rest, RowKind::Insert) => {
                     if let Some(k) = new {
                         push(k, Op::Insert, payload());
                     }
                 }
-                RowKind::Delete => {
+                (Phase::Rest, RowKind::Delete) => {
                     if let Some(k) = old {
                         push(k, Op::Delete, None);
                     }
                 }
-                RowKind::Update => match (old, new) {
+                (Phase::Rest, RowKind::Update) => match (old, new) {
                     (Some(o), Some(n)) if o == n => push(n, Op::Update, payload()),
-                    (o, n) => {
-                        if let Some(o) = o {
-                            push(o, Op::Delete, None);
-                        }
-                        if let Some(n) = n {
-                            push(n, Op::Insert, payload());
-                        }
-                    }
+                    (_, Some(n)) => push(n, Op::Insert, payload()),
+                    (_, None) => {}
                 },
             }
         }
     }
+}
+
+/// Two passes over the rows of one statement: first the deletes of keys rows moved away from,
+/// then everything else.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    MovedAway,
+    Rest,
 }
 
 fn render(t: &KeyTemplate, row: &Row) -> Option<String> {
@@ -200,28 +236,58 @@ replicas = 4
         assert!(!m.is_mapped("shop", "other"));
         let mut out = vec![];
         let after = row(json!({"id": 1, "sku": "A", "price": "1.50"}));
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()) }, &mut out);
+        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0 }, &mut out);
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
         assert!(out.iter().all(|c| c.op == Op::Insert && c.replicas == 4));
         assert_eq!(out[0].payload.as_deref(), Some(r#"{"id":1,"price":"1.50","sku":"A"}"#));
 
         out.clear();
         let after2 = row(json!({"id": 1, "sku": "B", "price": "2.00"}));
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2) }, &mut out);
+        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0 }, &mut out);
         let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
         assert_eq!(
             got,
             vec![
-                ("item:detail:1".into(), Op::Update),
                 ("item:sku:A".into(), Op::Delete),
+                ("item:detail:1".into(), Op::Update),
                 ("item:sku:B".into(), Op::Insert)
             ]
         );
-        assert_eq!(out[1].payload, None);
+        assert_eq!(out[0].payload, None);
 
         out.clear();
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None }, &mut out);
+        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None, event: 0 }, &mut out);
         assert!(out.iter().all(|c| c.op == Op::Delete && c.payload.is_none()));
+    }
+
+    #[test]
+    fn swapping_key_values_in_one_statement_keeps_both_keys() {
+        let m = mapper("");
+        let r = |id: i64, sku: &str| row(json!({"id": id, "sku": sku}));
+        let rows = vec![
+            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(1, "A")), after: Some(r(1, "B")), event: 0 },
+            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(2, "B")), after: Some(r(2, "A")), event: 0 },
+        ];
+        let mut out = vec![];
+        m.map_rows(&rows, &mut out);
+        let sku: Vec<(String, Op)> = out.iter().filter(|c| c.key.starts_with("item:sku")).map(|c| (c.key.clone(), c.op)).collect();
+        assert_eq!(
+            sku,
+            vec![
+                ("item:sku:A".into(), Op::Delete),
+                ("item:sku:B".into(), Op::Delete),
+                ("item:sku:B".into(), Op::Insert),
+                ("item:sku:A".into(), Op::Insert)
+            ],
+            "deletes first: both keys end up present"
+        );
+        // Across statements, order is kept as committed.
+        let mut rows = rows;
+        rows[1].event = 1;
+        out.clear();
+        m.map_rows(&rows, &mut out);
+        let last_a = out.iter().rposition(|c| c.key == "item:sku:A").unwrap();
+        assert_eq!(out[last_a].op, Op::Insert);
     }
 
     #[test]
@@ -229,7 +295,7 @@ replicas = 4
         let m = mapper("payload = [\"price\"]");
         let mut out = vec![];
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))) },
+            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))), event: 0 },
             &mut out,
         );
         assert_eq!(out.len(), 1, "NULL sku renders no key");
@@ -237,7 +303,7 @@ replicas = 4
         let m = mapper("mode = \"invalidate\"");
         out.clear();
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": "A"}))) },
+            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": "A"}))), event: 0 },
             &mut out,
         );
         assert!(out.iter().all(|c| c.payload.is_none()));

@@ -219,9 +219,7 @@ async fn apply_loop(
     let mut changes: Vec<KeyChange> = Vec::new();
     while let Some(txn) = rx.recv().await {
         changes.clear();
-        for row in &txn.rows {
-            mapper.map_row(row, &mut changes);
-        }
+        mapper.map_rows(&txn.rows, &mut changes);
         let mut deliveries = Vec::with_capacity(changes.len());
         if !changes.is_empty() {
             let t = Instant::now();

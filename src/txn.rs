@@ -44,6 +44,7 @@ pub struct Assembler {
     standalone: bool,
     gtid: Option<String>,
     rows: Vec<RowChange>,
+    events: u32,
 }
 
 impl Assembler {
@@ -55,7 +56,12 @@ impl Assembler {
     /// Add decoded rows to the open transaction (rows outside one are kept too: MySQL 5.x
     /// binlogs may carry row events for non-transactional tables between BEGIN/COMMIT only).
     pub fn push_rows(&mut self, rows: impl IntoIterator<Item = RowChange>) {
-        self.rows.extend(rows);
+        let event = self.events;
+        self.events += 1;
+        self.rows.extend(rows.into_iter().map(|mut r| {
+            r.event = event;
+            r
+        }));
     }
 
     /// Rows held right now (for memory accounting).
@@ -77,6 +83,7 @@ impl Assembler {
                     // A new event group: nothing held from an earlier, unterminated group
                     // (an XA PREPARE, a cut stream) may leak into it.
                     self.rows.clear();
+                    self.events = 0;
                 }
                 if gtid.is_some() {
                     self.gtid = gtid;
@@ -106,11 +113,13 @@ impl Assembler {
         self.standalone = false;
         self.gtid = None;
         self.rows.clear();
+        self.events = 0;
     }
 
     fn finish(&mut self, mut end: SourcePosition, timestamp_s: u32) -> Transaction {
         end.gtid = self.gtid.take();
         let rows = std::mem::take(&mut self.rows);
+        self.events = 0;
         self.open = false;
         self.standalone = false;
         Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows }
@@ -123,7 +132,7 @@ mod tests {
     use crate::decode::{RowChange, RowKind};
 
     fn row() -> RowChange {
-        RowChange { table: "a.b".into(), kind: RowKind::Insert, before: None, after: Some(Default::default()) }
+        RowChange { table: "a.b".into(), kind: RowKind::Insert, before: None, after: Some(Default::default()), event: 0 }
     }
     fn pos(p: u64) -> SourcePosition {
         SourcePosition { file: "f".into(), pos: p, gtid: None }
