@@ -41,9 +41,10 @@ pub enum DecodeError {
     /// A column type binval does not decode.
     #[error("table {table}, column {column}: column type {ty:?} is not supported")]
     UnsupportedType { table: String, column: String, ty: ColumnType },
-    /// Text bytes that are not valid in the column's charset.
-    #[error("table {table}, column {column}: value is not valid text in charset id {charset}")]
-    BadText { table: String, column: String, charset: u16 },
+    /// Text bytes that are not valid in the column's charset, or a charset binval does not
+    /// convert.
+    #[error("table {table}, column {column}: value cannot be decoded exactly from charset {charset}; binval decodes utf8mb3/utf8mb4, ascii, latin1, ucs2, utf16, utf16le, utf32 (other charsets only when the value is ASCII): convert the column or unmap the table")]
+    BadText { table: String, column: String, charset: String },
     /// mysql_common failed to parse the row image.
     #[error("table {table}: row image could not be parsed: {source}")]
     Parse { table: String, #[source] source: std::io::Error },
@@ -377,7 +378,7 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
             }
             MYSQL_TYPE_JSON => {
                 // MariaDB stores JSON as LONGTEXT; MySQL's binary JSON is handled above.
-                let s = String::from_utf8(b).map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })?;
+                let s = String::from_utf8(b).map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: "utf8mb4".into() })?;
                 serde_json::from_str(&s).unwrap_or(Json::String(s))
             }
             _ => return Err(unsupported()),
@@ -387,10 +388,6 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
 
 /// Collation id of the `binary` charset.
 const BINARY_CHARSET: u16 = 63;
-/// latin1 collation ids (latin1_german1_ci, latin1_swedish_ci, latin1_danish_ci, latin1_german2_ci,
-/// latin1_bin, latin1_general_ci, latin1_general_cs, latin1_spanish_ci).
-const LATIN1: &[u16] = &[5, 8, 15, 31, 47, 48, 49, 94];
-
 fn string_len(meta: &[u8]) -> usize {
     if meta.len() < 2 {
         return 0;
@@ -407,13 +404,9 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
     if col.charset == BINARY_CHARSET {
         return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
     }
-    if LATIN1.contains(&col.charset) {
-        // MySQL's latin1 is cp1252; bytes 0x80-0x9F differ from ISO-8859-1 (issue #3 covers them).
-        return Ok(Json::String(b.iter().map(|&c| c as char).collect()));
-    }
-    String::from_utf8(b)
+    crate::charset::decode(col.charset, b)
         .map(Json::String)
-        .map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: col.charset })
+        .map_err(|charset| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset })
 }
 
 /// A FLOAT as the shortest decimal that reads back as the same f32 (what MySQL prints:

@@ -16,9 +16,10 @@
 //! | [`pipeline`] | wiring, supervisor, graceful shutdown |
 //! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
 //!
-//! [`config`] and [`error`] serve all stages; errors are split into definite (halt) and
+//! [`config`], [`charset`] and [`error`] serve all stages; errors are split into definite (halt) and
 //! transient (retry).
 
+pub mod charset;
 pub mod checkpoint;
 pub mod config;
 pub mod ddl;

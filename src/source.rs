@@ -118,6 +118,9 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     if !metadata.eq_ignore_ascii_case("FULL") {
         return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: metadata, want: "FULL" }.into());
     }
+    let collations: Vec<(Option<u64>, Option<String>)> =
+        conn.query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS").await.map_err(q)?;
+    crate::charset::learn_from_server(collations.into_iter().filter_map(|(id, cs)| Some((id? as u16, cs?))).collect());
     let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
     let status = status.ok_or_else(|| DefiniteError::SourceSetting { setting: "log_bin", found: "no binlog (SHOW MASTER STATUS is empty)".into(), want: "ON" })?;
     let file: String = status.get(0).unwrap_or_default();

@@ -327,3 +327,36 @@ async fn xa_transactions_never_reach_the_cache_uncommitted() {
     let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{}:r0", k(1)))).unwrap()).unwrap();
     assert_eq!(v["title"], json!("xa one phase"), "the prepared-then-rolled-back change never reached Redis");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn column_types_arrive_as_canonical_json() {
+    let env = Env::new("types", RedisKind::Standalone);
+    env.exec(
+        "CREATE TABLE t (id INT PRIMARY KEY, ti TINYINT, mi MEDIUMINT, bu BIGINT UNSIGNED, d DECIMAL(12,4), f FLOAT, db DOUBLE, \
+         dt DATE, dtm DATETIME(6), tm TIME(3), ts TIMESTAMP(2) NULL, y YEAR, bt BIT(10), e ENUM('red','green'), s SET('a','b','c'), \
+         bin BINARY(4), vb VARBINARY(8), l1 VARCHAR(10) CHARACTER SET latin1, u2 VARCHAR(10) CHARACTER SET ucs2, emoji VARCHAR(10) CHARACTER SET utf8mb4, \
+         tx TEXT, n INT)",
+    )
+    .await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n");
+    env.exec("SET time_zone = '+00:00'").await;
+    env.exec(
+        "INSERT INTO t VALUES (1, -128, -8388608, 18446744073709551615, -12345678.0100, 0.1, 2.5, \
+         '2024-02-29', '2024-02-29 23:59:59.000001', '-838:59:58.123', '2038-01-19 03:14:07.99', 0, b'1000000001', 'green', 'a,c', \
+         'ab', x'00ff00', 'café', 'AB', '🎉', 'multi\nline', NULL)",
+    )
+    .await;
+    let key = format!("{}:t:1", env.prefix);
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&key, 1)), 1);
+    let v: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("{key}:r0"))).unwrap()).unwrap();
+    let want = json!({
+        "id": 1, "ti": -128, "mi": -8388608, "bu": 18446744073709551615u64, "d": "-12345678.0100", "f": 0.1, "db": 2.5,
+        "dt": "2024-02-29", "dtm": "2024-02-29 23:59:59.000001", "tm": "-838:59:58.123", "ts": "2038-01-19T03:14:07.99Z", "y": 0,
+        "bt": 513, "e": "green", "s": ["a", "c"], "bin": "YWIAAA==", "vb": "AP8A", "l1": "café", "u2": "AB", "emoji": "🎉",
+        "tx": "multi\nline", "n": null
+    });
+    assert_eq!(v, want);
+    run.stop().await;
+}
