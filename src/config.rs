@@ -17,8 +17,16 @@ pub enum ConfigError {
     #[error("config {path}: {message}")]
     Load { path: String, message: String },
     /// A field has a value binval cannot use.
-    #[error("config {path}: field `{field}`: {reason}")]
+    #[error("config{}: field `{field}`: {reason}", at_path(.path))]
     Invalid { path: String, field: String, reason: String },
+}
+
+fn at_path(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!(" {path}")
+    }
 }
 
 /// The whole configuration of one `binval run`.
@@ -97,7 +105,9 @@ pub enum RedisMode {
 pub struct RedisConfig {
     /// `standalone` or `cluster`.
     pub mode: RedisMode,
-    /// `redis://host:port` URLs: one for standalone, one or more seed nodes for a cluster.
+    /// `redis://host:port` URLs: one for standalone, one or more seed nodes for a cluster. In an
+    /// environment override, comma-separated.
+    #[serde(deserialize_with = "list_or_comma_separated")]
     pub urls: Vec<String>,
     /// Per-command response timeout, ms. Default 2000.
     #[serde(default = "default_redis_timeout_ms")]
@@ -217,6 +227,19 @@ pub struct LogConfig {
     pub level: Option<String>,
 }
 
+fn list_or_comma_separated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrText {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(match ListOrText::deserialize(d)? {
+        ListOrText::List(l) => l,
+        ListOrText::Text(t) => t.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+    })
+}
+
 fn default_source_name() -> String {
     "default".into()
 }
@@ -297,7 +320,13 @@ impl Config {
         }
         let cfg = config::Config::builder()
             .add_source(config::File::from(path))
-            .add_source(config::Environment::with_prefix("BINVAL").prefix_separator("__").separator("__").try_parsing(true))
+            .add_source(
+                // No type guessing: `BINVAL__SOURCE__NAME=007` stays the string "007"; numeric
+                // fields still parse from their text. Lists are comma-separated.
+                config::Environment::with_prefix("BINVAL")
+                    .prefix_separator("__")
+                    .separator("__"),
+            )
             .build()
             .map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
         let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
@@ -462,6 +491,32 @@ replicas = 8
         assert_eq!(StartPosition::parse("gtid:0-1-100").unwrap(), StartPosition::Gtid("0-1-100".into()));
         assert!(StartPosition::parse("gtid:x").is_err());
         assert!(StartPosition::parse("f:2").is_err());
+    }
+
+    #[test]
+    fn environment_overrides_keep_strings_and_split_lists() {
+        let dir = std::env::temp_dir().join(format!("binval-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(&p, OK).unwrap();
+        // SAFETY: this is the only test of this binary that touches BINVAL__ variables.
+        unsafe {
+            std::env::set_var("BINVAL__SOURCE__NAME", "007");
+            std::env::set_var("BINVAL__SOURCE__SERVER_ID", "4001");
+            std::env::set_var("BINVAL__REDIS__MODE", "cluster");
+            std::env::set_var("BINVAL__REDIS__URLS", "redis://a:1,redis://b:2");
+        }
+        let c = Config::load(&p);
+        unsafe {
+            for k in ["BINVAL__SOURCE__NAME", "BINVAL__SOURCE__SERVER_ID", "BINVAL__REDIS__MODE", "BINVAL__REDIS__URLS"] {
+                std::env::remove_var(k);
+            }
+        }
+        let c = c.unwrap();
+        assert_eq!(c.source.name, "007");
+        assert_eq!(c.source.server_id, 4001);
+        assert_eq!(c.redis.urls, vec!["redis://a:1".to_string(), "redis://b:2".into()]);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

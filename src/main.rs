@@ -85,8 +85,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "binval stopped");
-            eprintln!("error: {e}");
+            if json {
+                tracing::error!(error = %e, "binval stopped");
+            } else {
+                eprintln!("error: {e}");
+            }
             ExitCode::from(1)
         }
     }
@@ -104,8 +107,14 @@ async fn run(cfg: Config) -> Result<(), Error> {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
         }
-        tracing::info!("shutdown requested: draining and saving the checkpoint");
+        tracing::info!("shutdown requested: draining and saving the checkpoint (signal again to exit at once)");
         let _ = tx.send(true);
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::warn!("second signal: exiting without draining; the checkpoint is where it was last saved");
+        std::process::exit(130);
     });
     let stats = Arc::new(binval::pipeline::Stats::default());
     binval::pipeline::run(cfg, rx, stats).await?;

@@ -63,7 +63,7 @@ pub struct Stats {
 /// definite error.
 pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
     let mapper = Arc::new(Mapper::new(&cfg.mappings).map_err(|e| {
-        DefiniteError::Config(crate::config::ConfigError::Invalid { path: "config".into(), field: "mappings".into(), reason: e.to_string() })
+        DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: "mappings".into(), reason: e.to_string() })
     })?);
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(Duration::from_millis(200))

@@ -48,7 +48,7 @@ impl RedisConn {
             RedisMode::Standalone => {
                 let client = redis::Client::open(cfg.urls[0].as_str()).map_err(|e| {
                     DefiniteError::Config(crate::config::ConfigError::Invalid {
-                        path: "config".into(),
+                        path: String::new(),
                         field: "redis.urls[0]".into(),
                         reason: e.to_string(),
                     })
@@ -57,7 +57,11 @@ impl RedisConn {
                     .set_response_timeout(Some(timeout))
                     .set_connection_timeout(Some(timeout))
                     .set_number_of_retries(2);
-                let cm = client.get_connection_manager_with_config(mc).await.map_err(transient)?;
+                let mut cm = client.get_connection_manager_with_config(mc).await.map_err(transient)?;
+                let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut cm).await.map_err(transient)?;
+                if info.contains("cluster_enabled:1") {
+                    return Err(mode_mismatch("standalone", "is a Redis Cluster node; set redis.mode = \"cluster\""));
+                }
                 Ok(RedisConn::Standalone(cm))
             }
             RedisMode::Cluster => {
@@ -66,7 +70,13 @@ impl RedisConn {
                     .connection_timeout(timeout)
                     .build()
                     .map_err(transient)?;
-                Ok(RedisConn::Cluster(client.get_async_connection().await.map_err(transient)?))
+                match client.get_async_connection().await {
+                    Ok(c) => Ok(RedisConn::Cluster(c)),
+                    Err(e) if e.to_string().contains("cluster support disabled") => {
+                        Err(mode_mismatch("cluster", "is a standalone server (cluster support disabled); set redis.mode = \"standalone\""))
+                    }
+                    Err(e) => Err(transient(e)),
+                }
             }
         }
     }
@@ -177,6 +187,15 @@ fn replica_cmd(p: &mut redis::Pipeline, rk: &str, ch: &KeyChange) {
             p.del(rk).ignore();
         }
     }
+}
+
+fn mode_mismatch(mode: &str, what: &str) -> Error {
+    DefiniteError::Config(crate::config::ConfigError::Invalid {
+        path: String::new(),
+        field: "redis.mode".into(),
+        reason: format!("mode is {mode} but the server {what}"),
+    })
+    .into()
 }
 
 fn transient(e: RedisError) -> Error {

@@ -74,7 +74,7 @@ pub struct ServerInfo {
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
     let opts = Opts::from_url(&cfg.url).map_err(|e| {
         DefiniteError::Config(crate::config::ConfigError::Invalid {
-            path: "config".into(),
+            path: String::new(),
             field: "source.url".into(),
             reason: e.to_string(),
         })
