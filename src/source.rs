@@ -305,7 +305,17 @@ async fn read_once(
                     name.truncate(name.len() - 4);
                 }
                 file = String::from_utf8_lossy(&name).into_owned();
-                None
+                if header.log_pos() != 0 && !asm.in_transaction() {
+                    // A real rotation: move the checkpoint to the new file even when no
+                    // transaction follows, so an idle source never pins a log that may be purged.
+                    Some(Transaction {
+                        position: SourcePosition { file: file.clone(), pos: r.position(), gtid: None },
+                        commit_time_ms: header.timestamp() as u64 * 1000,
+                        rows: Vec::new(),
+                    })
+                } else {
+                    None
+                }
             }
             EventData::FormatDescriptionEvent(_) => {
                 seen_fde = true;

@@ -360,3 +360,29 @@ async fn column_types_arrive_as_canonical_json() {
     assert_eq!(v, want);
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_follows_binlog_rotation_while_idle() {
+    let env = Env::new("rotate", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    env.exec("FLUSH BINARY LOGS").await;
+    let now = env.binlog_now().await;
+    let (file, _) = now.rsplit_once(':').unwrap();
+    let mut r = env.redis_client();
+    let key = format!("binval:checkpoint:{}", env.source_name);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let cp: serde_json::Value = block(|| r.get(&key)).map(|t| serde_json::from_str(&t).unwrap()).unwrap_or_default();
+        if cp["file"].as_str().is_some_and(|f| f >= file) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "checkpoint {cp} still before {file}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And changes in the new file still arrive.
+    env.exec("INSERT INTO items (id) VALUES (1)").await;
+    assert_eq!(block(|| r.wait_version(&format!("{}:item:1", env.prefix), 1)), 1);
+    run.stop().await;
+}
