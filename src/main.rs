@@ -126,14 +126,29 @@ async fn check(cfg: Config) -> Result<(), Error> {
     let mut conn = binval::source::connect(&cfg.source).await?;
     let info = binval::source::preflight(&mut conn).await?;
     println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
+    let problems = binval::source::check_mappings(&mut conn, &cfg.mappings).await?;
+    for p in &problems {
+        println!("mapping problem: {p}");
+    }
+    if !problems.is_empty() {
+        return Err(binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid {
+            path: String::new(),
+            field: "mappings".into(),
+            reason: format!("{} problem(s) against the source schema (listed above)", problems.len()),
+        })
+        .into());
+    }
     let mut redis = binval::redis_sink::RedisConn::connect(&cfg.redis).await?;
     let pong: String = redis
         .query(&redis::cmd("PING"))
         .await
         .map_err(|e| binval::error::TransientError::Redis(e.to_string()))?;
     println!("redis: {pong}");
-    let k = binval::kafka_sink::KafkaSink::connect(&cfg.kafka).await?;
-    println!("kafka: topic {} reachable", k.topic());
+    // Read-only: check never creates the topic (run does, when kafka.create_topic is true).
+    let mut kc = cfg.kafka.clone();
+    kc.create_topic = false;
+    let k = binval::kafka_sink::KafkaSink::connect(&kc).await?;
+    println!("kafka: brokers {} reachable (topic {})", cfg.kafka.brokers, k.topic());
     println!("mappings: {} table(s)", cfg.mappings.len());
     Ok(())
 }

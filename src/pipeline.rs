@@ -108,6 +108,10 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
     let logs = source::binary_logs(&mut conn).await?;
+    for p in source::check_mappings(&mut conn, &cfg.mappings).await? {
+        // Not fatal: the table may be created later; `binval check` fails on it.
+        tracing::warn!(problem = %p, "mapping does not match the source schema");
+    }
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
     let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);

@@ -133,6 +133,41 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     })
 }
 
+/// Check each mapping against the source's schema: the table exists, and every column a key
+/// template or the payload names is a column of it. Returns one line per problem, naming the
+/// mapping field (`mappings[0].keys[1]`).
+pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingConfig]) -> Result<Vec<String>, Error> {
+    let mut problems = Vec::new();
+    for (i, m) in mappings.iter().enumerate() {
+        let (schema, table) = m.table.split_once('.').unwrap_or(("", &m.table));
+        let cols: Vec<String> = conn
+            .exec("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", (schema, table))
+            .await
+            .map_err(|e| classify_mysql(e, "check"))?;
+        if cols.is_empty() {
+            problems.push(format!("mappings[{i}].table: table `{}` does not exist on the source (or the binval user cannot see it)", m.table));
+            continue;
+        }
+        for (k, key) in m.keys.iter().enumerate() {
+            if let Ok(t) = binval_protocol::KeyTemplate::parse(key) {
+                for c in t.columns() {
+                    if !cols.iter().any(|x| x == c) {
+                        problems.push(format!("mappings[{i}].keys[{k}]: `{key}` uses column `{c}`, which `{}` does not have", m.table));
+                    }
+                }
+            }
+        }
+        if let crate::config::Payload::Columns(pc) = &m.payload {
+            for c in pc {
+                if !cols.iter().any(|x| x == c) {
+                    problems.push(format!("mappings[{i}].payload: column `{c}` is not a column of `{}`", m.table));
+                }
+            }
+        }
+    }
+    Ok(problems)
+}
+
 /// Binlog files the server still has (SHOW BINARY LOGS).
 pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
     let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOGS"))?;

@@ -72,6 +72,23 @@ fn refuses_wrong_binlog_settings_naming_the_setting() {
 }
 
 #[test]
+fn check_names_mapping_problems_against_the_schema() {
+    let env = Env::new("chk", RedisKind::Standalone);
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    let ok = write_config("chk", &env.config_toml("current", MAPPING));
+    let (code, out) = run_to_end(&["check"], &ok);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("mappings: 1 table(s)"), "{out}");
+    let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}") + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
+    let p = write_config("chk", &env.config_toml("current", &bad));
+    let (code, out) = run_to_end(&["check"], &p);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("mappings[0].keys[0]") && out.contains("`idd`"), "{out}");
+    assert!(out.contains("mappings[0].payload") && out.contains("`w`"), "{out}");
+    assert!(out.contains("mappings[1].table") && out.contains(".nope"), "{out}");
+}
+
+#[test]
 fn purged_start_position_is_a_clear_error() {
     let env = Env::new("purged", RedisKind::Standalone);
     let p = write_config("purged", &env.config_toml("mysql-bin.999999:4", MAPPING));
