@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use base64::Engine as _;
-use mysql_common::binlog::events::{OptionalMetadataField, RowsEventData, TableMapEvent};
+use mysql_common::binlog::events::{ColumnCharsets, DefaultCharset, OptionalMetadataField, RowsEventData, TableMapEvent};
 use mysql_common::binlog::value::BinlogValue;
 use mysql_common::constants::ColumnType;
 use mysql_common::value::Value;
@@ -140,42 +140,10 @@ impl TableSchema {
                         columns[i].unsigned = bits.get(k).map(|b| *b).unwrap_or(false);
                     }
                 }
-                OptionalMetadataField::DefaultCharset(dc) => {
-                    for &i in &character {
-                        columns[i].charset = dc.default_charset();
-                    }
-                    for nd in dc.iter_non_default() {
-                        let nd = nd.map_err(parse_err)?;
-                        if let Some(&i) = character.get(nd.column_index() as usize) {
-                            columns[i].charset = nd.charset();
-                        }
-                    }
-                }
-                OptionalMetadataField::ColumnCharset(cs) => {
-                    for (k, c) in cs.iter_charsets().enumerate() {
-                        if let Some(&i) = character.get(k) {
-                            columns[i].charset = c.map_err(parse_err)?;
-                        }
-                    }
-                }
-                OptionalMetadataField::EnumAndSetDefaultCharset(dc) => {
-                    for &i in &enum_or_set {
-                        columns[i].charset = dc.default_charset();
-                    }
-                    for nd in dc.iter_non_default() {
-                        let nd = nd.map_err(parse_err)?;
-                        if let Some(&i) = enum_or_set.get(nd.column_index() as usize) {
-                            columns[i].charset = nd.charset();
-                        }
-                    }
-                }
-                OptionalMetadataField::EnumAndSetColumnCharset(cs) => {
-                    for (k, c) in cs.iter_charsets().enumerate() {
-                        if let Some(&i) = enum_or_set.get(k) {
-                            columns[i].charset = c.map_err(parse_err)?;
-                        }
-                    }
-                }
+                OptionalMetadataField::DefaultCharset(dc) => default_charsets(&mut columns, &character, &dc).map_err(parse_err)?,
+                OptionalMetadataField::ColumnCharset(cs) => column_charsets(&mut columns, &character, &cs).map_err(parse_err)?,
+                OptionalMetadataField::EnumAndSetDefaultCharset(dc) => default_charsets(&mut columns, &enum_or_set, &dc).map_err(parse_err)?,
+                OptionalMetadataField::EnumAndSetColumnCharset(cs) => column_charsets(&mut columns, &enum_or_set, &cs).map_err(parse_err)?,
                 OptionalMetadataField::ColumnName(names) => {
                     have_names = true;
                     for (i, nm) in names.iter_names().enumerate() {
@@ -208,6 +176,31 @@ impl TableSchema {
         }
         Ok(TableSchema { name, columns, tme })
     }
+}
+
+/// Apply a DEFAULT_CHARSET metadata field to `targets` (indexes of the columns it covers, in
+/// order): the default for all, then the listed exceptions (indexed among `targets`).
+fn default_charsets(columns: &mut [ColumnSchema], targets: &[usize], dc: &DefaultCharset<'_>) -> std::io::Result<()> {
+    for &i in targets {
+        columns[i].charset = dc.default_charset();
+    }
+    for nd in dc.iter_non_default() {
+        let nd = nd?;
+        if let Some(&i) = targets.get(nd.column_index() as usize) {
+            columns[i].charset = nd.charset();
+        }
+    }
+    Ok(())
+}
+
+/// Apply a COLUMN_CHARSET metadata field: one collation id per column of `targets`.
+fn column_charsets(columns: &mut [ColumnSchema], targets: &[usize], cs: &ColumnCharsets<'_>) -> std::io::Result<()> {
+    for (k, c) in cs.iter_charsets().enumerate() {
+        if let Some(&i) = targets.get(k) {
+            columns[i].charset = c?;
+        }
+    }
+    Ok(())
 }
 
 /// The kind of a row change.
