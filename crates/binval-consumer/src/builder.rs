@@ -1,13 +1,15 @@
 //! [`ConsumerBuilder`]: every setting of a [`Consumer`], with its default.
 
-use std::sync::atomic::AtomicBool;
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::ConsumerError;
 use crate::listener::{self, ListenerSettings};
 use crate::redis_conn::{RedisConn, RedisTarget};
-use crate::state::Shared;
+use crate::state::{JitteredTtl, LimitSettings, Shared};
 use crate::{Consumer, Inner};
 
 /// Builds a [`Consumer`]. Create it with [`Consumer::builder`]; the Redis target, the brokers
@@ -45,6 +47,11 @@ pub struct ConsumerBuilder {
     shutdown_timeout: Duration,
     eviction_channel_capacity: usize,
     group_id_prefix: String,
+    ttl_jitter: f64,
+    max_fills_per_sec: u32,
+    max_fills_per_key_per_sec: u32,
+    stale_ttl: Duration,
+    stale_max_entries: u64,
 }
 
 impl Default for ConsumerBuilder {
@@ -67,6 +74,11 @@ impl Default for ConsumerBuilder {
             shutdown_timeout: Duration::from_secs(5),
             eviction_channel_capacity: 4096,
             group_id_prefix: "binval-consumer".into(),
+            ttl_jitter: 0.0,
+            max_fills_per_sec: 0,
+            max_fills_per_key_per_sec: 0,
+            stale_ttl: Duration::from_secs(10),
+            stale_max_entries: 10_000,
         }
     }
 }
@@ -303,6 +315,76 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Spread of the local cache TTL, as a fraction of [`ConsumerBuilder::ttl`]: each entry
+    /// lives `ttl × (1 + u)` with `u` drawn uniformly from `[-jitter, +jitter]` at its fill, so
+    /// keys filled together do not all expire and refill together. Default 0 (every entry lives
+    /// exactly `ttl`); must be in `0.0..1.0`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.ttl(Duration::from_secs(60)).ttl_jitter(0.1); // 54 s .. 66 s
+    /// ```
+    pub fn ttl_jitter(mut self, fraction: f64) -> Self {
+        self.ttl_jitter = fraction;
+        self
+    }
+
+    /// Miss rate limit of the whole instance: at most `fills` Redis fills per second (burst of
+    /// the same size; GCRA from the `governor` crate). A fill over the limit is not read: `get`
+    /// returns the key's stale copy if one is held ([`crate::Stats::stale_served`]), else
+    /// [`ConsumerError::Overloaded`]. Default 0 = no limit. Concurrent misses of one key share
+    /// one fill, so they count once.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_fills_per_sec(5_000);
+    /// ```
+    pub fn max_fills_per_sec(mut self, fills: u32) -> Self {
+        self.max_fills_per_sec = fills;
+        self
+    }
+
+    /// Miss rate limit of one key: at most `fills` Redis fills per second for each logical key
+    /// (burst of the same size), checked before [`ConsumerBuilder::max_fills_per_sec`]. Over
+    /// the limit: stale copy, else [`ConsumerError::Overloaded`]. Default 0 = no limit. The
+    /// per-key limiter states are bounded by [`ConsumerBuilder::max_entries`] and dropped after
+    /// 1 s unused.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_fills_per_key_per_sec(10);
+    /// ```
+    pub fn max_fills_per_key_per_sec(mut self, fills: u32) -> Self {
+        self.max_fills_per_key_per_sec = fills;
+        self
+    }
+
+    /// How long the stale copy of an entry is kept after the entry left the local cache (by
+    /// an invalidation event, by its TTL, or by a fail-safe clear), for the fallback of the
+    /// miss rate limit. Default 10 s. Stale copies are kept only when a miss rate limit is set.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.stale_ttl(Duration::from_secs(30));
+    /// ```
+    pub fn stale_ttl(mut self, ttl: Duration) -> Self {
+        self.stale_ttl = ttl;
+        self
+    }
+
+    /// Bound of the stale copies, in entries. Default 10 000.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.stale_max_entries(50_000);
+    /// ```
+    pub fn stale_max_entries(mut self, entries: u64) -> Self {
+        self.stale_max_entries = entries;
+        self
+    }
+
     fn validate(&self) -> Result<(), ConsumerError> {
         let cfg = |field, reason: &str| Err(ConsumerError::Config { field, reason: reason.to_string() });
         match &self.redis {
@@ -332,6 +414,18 @@ impl ConsumerBuilder {
         }
         if self.ttl.is_zero() {
             return cfg("ttl", "must be longer than 0 ms");
+        }
+        if !(0.0..1.0).contains(&self.ttl_jitter) {
+            return Err(ConsumerError::Config {
+                field: "ttl_jitter",
+                reason: format!("must be a fraction in 0.0..1.0, got {}", self.ttl_jitter),
+            });
+        }
+        if self.stale_ttl.is_zero() {
+            return cfg("stale_ttl", "must be longer than 0 ms");
+        }
+        if self.stale_max_entries == 0 {
+            return cfg("stale_max_entries", "must be at least 1 entry");
         }
         if self.redis_response_timeout.is_zero() {
             return cfg("redis_response_timeout", "must be longer than 0 ms");
@@ -398,10 +492,17 @@ impl ConsumerBuilder {
 
         let shared = Arc::new(Shared::new(
             self.max_entries,
-            self.ttl,
+            JitteredTtl { ttl: self.ttl, jitter: self.ttl_jitter },
             self.fill_guard_entries,
             self.fill_guard_ttl,
             self.eviction_channel_capacity,
+            LimitSettings {
+                per_instance: NonZeroU32::new(self.max_fills_per_sec),
+                per_key: NonZeroU32::new(self.max_fills_per_key_per_sec),
+                stale_ttl: self.stale_ttl,
+                stale_entries: self.stale_max_entries,
+                key_limiter_entries: self.max_entries,
+            },
         ));
         let stop = Arc::new(AtomicBool::new(false));
         let topic = settings.topic.clone();
@@ -417,6 +518,8 @@ impl ConsumerBuilder {
                 response_timeout: self.redis_response_timeout,
                 shutdown_timeout: self.shutdown_timeout,
                 stop,
+                inflight: Mutex::new(HashMap::new()),
+                next_fill_id: AtomicU64::new(0),
                 done: Mutex::new(Some(done)),
                 topic,
                 group_id,

@@ -2,8 +2,9 @@
 
 /// Everything that can go wrong in [`crate::Consumer::builder`]`.build()`, [`crate::Consumer::get`]
 /// and [`crate::Consumer::get_json`]. Each message names what was being done and on which key,
-/// topic or setting.
-#[derive(Debug, thiserror::Error)]
+/// topic or setting. `Clone`, because one fill's outcome is handed to every caller that awaited
+/// it (single-flight).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ConsumerError {
     /// A Redis command or connection failed (not a timeout; see [`ConsumerError::Timeout`]).
     /// `op` names the command and key, e.g. ``GET `item:detail:7:ver` ``.
@@ -54,6 +55,14 @@ pub enum ConsumerError {
         what: &'static str,
         /// What is wrong with it.
         reason: String,
+    },
+    /// The miss rate limit ([`crate::ConsumerBuilder::max_fills_per_sec`] /
+    /// [`crate::ConsumerBuilder::max_fills_per_key_per_sec`]) refused to read `key` from Redis
+    /// and no stale copy of it is held. Nothing was read; retry later or serve a default.
+    #[error("fill of key `{key}` refused by the miss rate limit (max_fills_per_sec / max_fills_per_key_per_sec) and no stale copy is held; retry later")]
+    Overloaded {
+        /// The logical key whose fill was refused.
+        key: String,
     },
 }
 

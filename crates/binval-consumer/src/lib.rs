@@ -78,11 +78,34 @@
 //! clears the whole local cache and then serves locally again. This is the minimal version:
 //! a stream that is silently stuck without an error is not detected yet.
 //!
+//! # Single-flight
+//!
+//! Concurrent misses of one key in one instance share one fill: the first starts it as a tokio
+//! task and registers it in a small map (key -> shared future); the others await the same
+//! outcome ([`Stats::coalesced`]). The entry is removed when the task ends, so the map holds
+//! only keys being filled right now. The fill-race guard still decides whether the value is
+//! cached; a refused fill's value is returned to every waiter all the same.
+//!
+//! # Miss rate limit and stale fallback
+//!
+//! Optional GCRA limits (`governor`) on fills: per instance
+//! ([`ConsumerBuilder::max_fills_per_sec`]) and per key
+//! ([`ConsumerBuilder::max_fills_per_key_per_sec`]). A refused fill reads nothing
+//! ([`Stats::limiter_rejections`]); its callers get the key's stale copy — the value of an
+//! entry that an event, its TTL or a fail-safe clear removed within
+//! [`ConsumerBuilder::stale_ttl`] ([`Stats::stale_served`]) — or
+//! [`ConsumerError::Overloaded`]. A stale copy is by definition possibly out of date: it trades
+//! freshness for protecting Redis, only while over the limit.
+//!
+//! # TTL jitter
+//!
+//! [`ConsumerBuilder::ttl_jitter`] spreads each entry's TTL uniformly over
+//! `ttl × [1 - j, 1 + j]`, so entries filled together do not expire together.
+//!
 //! # Not yet
 //!
-//! Single-flight of concurrent misses, a miss rate limit with stale fallback, TTL jitter, hot-key
-//! detection and negative caching of absent keys come in later issues; the read path is one
-//! function (`fill`) where they plug in.
+//! Hot-key detection and negative caching of absent keys come in later issues; the read path
+//! is one function (`fill`) where they plug in.
 
 mod builder;
 mod error;
@@ -91,11 +114,13 @@ mod redis_conn;
 mod state;
 mod stats;
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use binval_protocol::{replica_key, version_key, Version};
+use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use rand::seq::SliceRandom;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, oneshot};
@@ -127,9 +152,35 @@ struct Inner {
     response_timeout: Duration,
     shutdown_timeout: Duration,
     stop: Arc<AtomicBool>,
+    /// Single-flight: the fill in flight per key, with its id (so a finished fill removes only
+    /// its own entry). An entry lives exactly as long as its fill task, which Redis timeouts
+    /// bound, so the map holds at most one entry per key being filled right now.
+    inflight: Mutex<HashMap<String, (u64, InflightFill)>>,
+    next_fill_id: AtomicU64,
     done: Mutex<Option<oneshot::Receiver<()>>>,
     topic: String,
     group_id: String,
+}
+
+/// What one fill hands to every caller awaiting it: the value (and `true` if it is a stale
+/// copy served because the rate limit refused the fill), `None` if no replica holds the key.
+type FillOutcome = Result<Option<(Arc<str>, bool)>, ConsumerError>;
+type InflightFill = SharedFuture<BoxFuture<'static, FillOutcome>>;
+
+/// Removes a key's single-flight entry when its fill task ends (normally or by panic).
+struct InflightGuard {
+    consumer: Consumer,
+    key: String,
+    id: u64,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        let mut map = self.consumer.inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
+            map.remove(&self.key);
+        }
+    }
 }
 
 impl Drop for Inner {
@@ -163,6 +214,14 @@ impl Consumer {
     /// random replica `K:r{i}`, trying the other replicas once each if that one is missing, and
     /// caches (value, version) unless the fill-race guard or the fail-safe forbids it. Each
     /// Redis read is bounded by the response timeout (default 200 ms) and never retried.
+    ///
+    /// Concurrent misses of the same key in this instance share one fill (single-flight): one
+    /// Redis round trip, and every caller gets its outcome (value, `None` or error). The fill
+    /// runs as its own tokio task, so a caller that gives up does not cancel it for the others.
+    /// If a miss rate limit is set and refuses the fill, `get` returns the key's stale copy if
+    /// one is held, else [`ConsumerError::Overloaded`].
+    ///
+    /// Must be called within a tokio runtime (a local hit does not touch it).
     pub async fn get(&self, key: &str) -> Result<Option<String>, ConsumerError> {
         Ok(self.get_shared(key).await?.map(|v| v.to_string()))
     }
@@ -180,7 +239,52 @@ impl Consumer {
         } else {
             shared.counters.bypass_read();
         }
-        self.fill(key, serving).await
+        self.fill_single_flight(key, serving).await
+    }
+
+    /// Join the fill of `key` in flight, or start one (as a task) and register it.
+    async fn fill_single_flight(&self, key: &str, serving: bool) -> Result<Option<Arc<str>>, ConsumerError> {
+        let inner = &*self.inner;
+        let fill = {
+            let mut map = inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, f)) = map.get(key) {
+                inner.shared.counters.coalesced();
+                f.clone()
+            } else {
+                let id = inner.next_fill_id.fetch_add(1, Relaxed);
+                let guard = InflightGuard { consumer: self.clone(), key: key.to_string(), id };
+                // Spawned at the first poll (right after the lock is released, by this caller),
+                // never under the lock: the guard's drop takes the lock.
+                let fill: InflightFill = async move {
+                    let task = tokio::spawn(async move {
+                        let out = guard.consumer.fill(&guard.key, serving).await;
+                        drop(guard);
+                        out
+                    });
+                    match task.await {
+                        Ok(out) => out,
+                        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                        Err(e) => Err(ConsumerError::Config {
+                            field: "runtime",
+                            reason: format!("fill task cancelled (tokio runtime shutting down?): {e}"),
+                        }),
+                    }
+                }
+                .boxed()
+                .shared();
+                map.insert(key.to_string(), (id, fill.clone()));
+                fill
+            }
+        };
+        match fill.await? {
+            None => Ok(None),
+            Some((value, stale)) => {
+                if stale {
+                    inner.shared.counters.stale_served();
+                }
+                Ok(Some(value))
+            }
+        }
     }
 
     /// [`Consumer::get`], then deserialize the payload with serde_json. A payload that does not
@@ -196,10 +300,17 @@ impl Consumer {
         }
     }
 
-    /// The read-through on a miss: version token, then a replica; cache if allowed.
-    async fn fill(&self, key: &str, serving: bool) -> Result<Option<Arc<str>>, ConsumerError> {
+    /// The read-through on a miss: rate limit, version token, then a replica; cache if allowed.
+    async fn fill(&self, key: &str, serving: bool) -> FillOutcome {
         let inner = &*self.inner;
         let shared = &inner.shared;
+        if !shared.limiter.admit(key) {
+            shared.counters.limiter_rejection();
+            return match shared.stale_copy(key) {
+                Some(value) => Ok(Some((value, true))),
+                None => Err(ConsumerError::Overloaded { key: key.to_string() }),
+            };
+        }
         let epoch = shared.epoch();
         let Some((value, version)) = self.read_redis(key).await? else {
             return Ok(None);
@@ -208,7 +319,7 @@ impl Consumer {
         if serving {
             shared.try_cache(key, &value, version, epoch);
         }
-        Ok(Some(value))
+        Ok(Some((value, false)))
     }
 
     /// GET `K:ver`, then replicas in random order until one exists.

@@ -2,13 +2,17 @@
 //! the fill-race guard, the fail-safe flag and the counters. Every decision that involves both
 //! sides lives here, so the orderings that make them correct are in one place.
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use binval_protocol::{should_evict, InvalidationEvent, Version};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use moka::notification::RemovalCause;
 use moka::ops::compute::{CompResult, Op};
 use moka::sync::Cache;
+use moka::Expiry;
 use tokio::sync::broadcast;
 
 use crate::stats::Counters;
@@ -39,8 +43,110 @@ pub struct EvictionNotice {
     pub received_at_ms: u64,
 }
 
+/// Per-entry time to live of the local cache: `ttl` scaled by a factor drawn uniformly from
+/// `[1 - jitter, 1 + jitter]` at every insert or replacement, so entries filled together do not
+/// all expire (and refill) together.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct JitteredTtl {
+    pub ttl: Duration,
+    /// Fraction, `0.0 <= jitter < 1.0`; 0 = every entry lives exactly `ttl`.
+    pub jitter: f64,
+}
+
+impl JitteredTtl {
+    pub(crate) fn sample(&self) -> Duration {
+        if self.jitter <= 0.0 {
+            return self.ttl;
+        }
+        let f = rand::random_range(-self.jitter..=self.jitter);
+        self.ttl.mul_f64(1.0 + f)
+    }
+}
+
+impl Expiry<String, Entry> for JitteredTtl {
+    fn expire_after_create(&self, _key: &String, _value: &Entry, _created_at: Instant) -> Option<Duration> {
+        Some(self.sample())
+    }
+
+    /// A replacement (a newer fill of the same key) gets a fresh TTL, like a new entry.
+    fn expire_after_update(
+        &self,
+        _key: &String,
+        _value: &Entry,
+        _updated_at: Instant,
+        _duration_until_expiry: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(self.sample())
+    }
+}
+
+/// Settings of the miss rate limit and its stale fallback.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LimitSettings {
+    /// Fills per second of the whole instance (burst: the same number); `None` = no limit.
+    pub per_instance: Option<NonZeroU32>,
+    /// Fills per second of one key (burst: the same number); `None` = no limit.
+    pub per_key: Option<NonZeroU32>,
+    /// How long the stale copy of an evicted entry is kept.
+    pub stale_ttl: Duration,
+    /// Bound of the stale copies, entries.
+    pub stale_entries: u64,
+    /// Bound of the per-key limiter states, entries.
+    pub key_limiter_entries: u64,
+}
+
+impl LimitSettings {
+    fn enabled(&self) -> bool {
+        self.per_instance.is_some() || self.per_key.is_some()
+    }
+}
+
+/// The miss rate limit: an optional instance-wide GCRA limiter and optional per-key ones.
+/// Per-key states live in a bounded moka cache and are dropped after 1 s without use — a
+/// limiter idle that long has refilled its whole burst, so dropping it changes nothing.
+pub(crate) struct Limiter {
+    per_instance: Option<DefaultDirectRateLimiter>,
+    per_key: Option<(Quota, Cache<String, Arc<DefaultDirectRateLimiter>>)>,
+}
+
+impl Limiter {
+    fn new(s: &LimitSettings) -> Self {
+        Limiter {
+            per_instance: s.per_instance.map(|n| RateLimiter::direct(Quota::per_second(n))),
+            per_key: s.per_key.map(|n| {
+                let states = Cache::builder()
+                    .max_capacity(s.key_limiter_entries)
+                    .time_to_idle(Duration::from_secs(1))
+                    .build();
+                (Quota::per_second(n), states)
+            }),
+        }
+    }
+
+    /// `true` if a fill of `key` may read Redis now (and uses up one cell of each limit).
+    /// The per-key limit is checked first, so a hot key that is over its own limit does not
+    /// use up the instance-wide budget.
+    pub(crate) fn admit(&self, key: &str) -> bool {
+        if let Some((quota, states)) = &self.per_key {
+            let l = states.get_with_by_ref(key, || Arc::new(RateLimiter::direct(*quota)));
+            if l.check().is_err() {
+                return false;
+            }
+        }
+        if let Some(l) = &self.per_instance {
+            if l.check().is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
 pub(crate) struct Shared {
     pub local: Cache<String, Entry>,
+    /// Last known value of recently evicted entries (only when a miss rate limit is set).
+    stale: Option<Cache<String, Arc<str>>>,
+    pub limiter: Limiter,
     /// Newest event version seen per recently invalidated key (the fill-race guard).
     pub guard: Cache<String, Version>,
     pub counters: Counters,
@@ -59,16 +165,32 @@ pub(crate) fn now_ms() -> u64 {
 impl Shared {
     pub(crate) fn new(
         max_entries: u64,
-        ttl: Duration,
+        ttl: JitteredTtl,
         guard_entries: u64,
         guard_ttl: Duration,
         notice_capacity: usize,
+        limits: LimitSettings,
     ) -> Self {
         let (notices, _) = broadcast::channel(notice_capacity.max(1));
         let counters = Counters::default();
         counters.serving_local(true);
+        let stale: Option<Cache<String, Arc<str>>> = limits.enabled().then(|| {
+            Cache::builder().max_capacity(limits.stale_entries.max(1)).time_to_live(limits.stale_ttl).build()
+        });
+        let mut local = Cache::builder().max_capacity(max_entries).expire_after(ttl);
+        if let Some(stale) = stale.clone() {
+            // Entries removed by an event, by clearing, or by their TTL leave a stale copy
+            // (size evictions do not: those are cold keys).
+            local = local.eviction_listener(move |k: Arc<String>, e: Entry, cause| {
+                if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
+                    stale.insert(String::clone(&k), e.value);
+                }
+            });
+        }
         Shared {
-            local: Cache::builder().max_capacity(max_entries).time_to_live(ttl).build(),
+            local: local.build(),
+            stale,
+            limiter: Limiter::new(&limits),
             guard: Cache::builder().max_capacity(guard_entries).time_to_live(guard_ttl).build(),
             counters,
             serving_local: AtomicBool::new(true),
@@ -108,6 +230,17 @@ impl Shared {
         self.serving_local.store(true, SeqCst);
         self.counters.serving_local(true);
         true
+    }
+
+    /// The stale copy of `key`, if one is held. Flushes moka's pending expirations first if
+    /// none is found, so an entry whose TTL just ran out has left its copy.
+    pub(crate) fn stale_copy(&self, key: &str) -> Option<Arc<str>> {
+        let stale = self.stale.as_ref()?;
+        if let Some(v) = stale.get(key) {
+            return Some(v);
+        }
+        self.local.run_pending_tasks();
+        stale.get(key)
     }
 
     fn guard_refuses(&self, key: &str, version: Version) -> bool {
@@ -152,13 +285,19 @@ impl Shared {
             Some(e) if *e.value() >= v => Op::Nop,
             _ => Op::Put(v),
         });
-        let evicted = matches!(
-            self.local.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
-                Some(e) if should_evict(e.value().version, v) => Op::Remove,
-                _ => Op::Nop,
-            }),
-            CompResult::Removed(_)
-        );
+        let evicted = match self.local.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
+            Some(e) if should_evict(e.value().version, v) => Op::Remove,
+            _ => Op::Nop,
+        }) {
+            CompResult::Removed(e) => {
+                // Keep the last known value for the stale fallback of the miss rate limit.
+                if let Some(stale) = &self.stale {
+                    stale.insert(ev.key.clone(), e.into_value().value);
+                }
+                true
+            }
+            _ => false,
+        };
         let received_at_ms = now_ms();
         self.counters.event();
         if evicted {
@@ -177,5 +316,23 @@ impl Shared {
             let _ = self.notices.send(notice.clone());
         }
         notice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jittered_ttl_stays_within_bounds_and_spreads() {
+        let t = JitteredTtl { ttl: Duration::from_secs(10), jitter: 0.1 };
+        let samples: Vec<Duration> = (0..10_000).map(|_| t.sample()).collect();
+        let (lo, hi) = (Duration::from_secs(9), Duration::from_secs(11));
+        assert!(samples.iter().all(|d| (lo..=hi).contains(d)));
+        let min = samples.iter().min().unwrap();
+        let max = samples.iter().max().unwrap();
+        assert!(*min < Duration::from_millis(9_500) && *max > Duration::from_millis(10_500), "{min:?} {max:?}");
+        let exact = JitteredTtl { ttl: Duration::from_secs(10), jitter: 0.0 };
+        assert_eq!(exact.sample(), Duration::from_secs(10));
     }
 }

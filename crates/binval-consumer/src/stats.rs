@@ -13,6 +13,9 @@
 //! | `binval_consumer_events_total` | invalidation events applied |
 //! | `binval_consumer_evictions_total` | events that removed a held entry |
 //! | `binval_consumer_bad_messages_total` | topic messages skipped because they do not parse |
+//! | `binval_consumer_coalesced_total` | `get` misses that joined a fill already in flight |
+//! | `binval_consumer_limiter_rejections_total` | fills refused by the miss rate limit |
+//! | `binval_consumer_stale_served_total` | `get` calls answered with a stale copy |
 //!
 //! Histogram `binval_consumer_invalidation_lag_ms`: event `publish_time_ms` to the moment the
 //! listener applied it, milliseconds. Gauge `binval_consumer_serving_local`: 1 while `get`
@@ -39,6 +42,16 @@ pub struct Stats {
     pub evictions: u64,
     /// Topic messages skipped because they are not a valid invalidation event.
     pub bad_messages: u64,
+    /// `get` misses (or bypass reads) that did not read Redis themselves but awaited the fill
+    /// of the same key already in flight in this instance (single-flight).
+    pub coalesced: u64,
+    /// Fills the miss rate limit refused ([`crate::ConsumerBuilder::max_fills_per_sec`],
+    /// [`crate::ConsumerBuilder::max_fills_per_key_per_sec`]); counted once per refused fill,
+    /// however many callers awaited it.
+    pub limiter_rejections: u64,
+    /// `get` calls answered with the stale copy of an evicted entry because the rate limit
+    /// refused the fill (one per caller).
+    pub stale_served: u64,
 }
 
 #[derive(Debug, Default)]
@@ -51,6 +64,9 @@ pub(crate) struct Counters {
     pub events: AtomicU64,
     pub evictions: AtomicU64,
     pub bad_messages: AtomicU64,
+    pub coalesced: AtomicU64,
+    pub limiter_rejections: AtomicU64,
+    pub stale_served: AtomicU64,
 }
 
 macro_rules! bump {
@@ -72,6 +88,9 @@ impl Counters {
     bump!(event, events, "binval_consumer_events_total");
     bump!(eviction, evictions, "binval_consumer_evictions_total");
     bump!(bad_message, bad_messages, "binval_consumer_bad_messages_total");
+    bump!(coalesced, coalesced, "binval_consumer_coalesced_total");
+    bump!(limiter_rejection, limiter_rejections, "binval_consumer_limiter_rejections_total");
+    bump!(stale_served, stale_served, "binval_consumer_stale_served_total");
 
     pub(crate) fn lag(&self, lag_ms: u64) {
         metrics::histogram!("binval_consumer_invalidation_lag_ms").record(lag_ms as f64);
@@ -91,6 +110,9 @@ impl Counters {
             events: self.events.load(Relaxed),
             evictions: self.evictions.load(Relaxed),
             bad_messages: self.bad_messages.load(Relaxed),
+            coalesced: self.coalesced.load(Relaxed),
+            limiter_rejections: self.limiter_rejections.load(Relaxed),
+            stale_served: self.stale_served.load(Relaxed),
         }
     }
 }

@@ -1,0 +1,97 @@
+//! Latency and throughput of a local cache hit: `Consumer::get` on a key the local cache holds.
+//!
+//! A `Consumer` needs Redis and a Kafka broker to be built, so the bench starts real ones with
+//! binval-testkit (standalone Redis, tansu) and fills one key before measuring. A hit never
+//! touches them. Run: `cargo bench -p binval-consumer --bench local_hit`. Numbers, not
+//! assertions; besides criterion's report it prints ns per hit (1 thread) and hits/s
+//! (2 threads) from a plain timed loop.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use binval_consumer::Consumer;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use futures::FutureExt;
+
+/// One hit, polled once: a hit completes without awaiting anything.
+#[inline]
+fn hit(c: &Consumer, key: &str) -> usize {
+    let v = c.get(key).now_or_never().expect("a local hit completes at once").expect("get").expect("value");
+    v.len()
+}
+
+/// `iters` hits spread over `threads` threads; wall time.
+fn run_threads(c: &Consumer, key: &str, threads: u64, iters: u64) -> Duration {
+    let per = iters.div_ceil(threads);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..per {
+                    black_box(hit(c, black_box(key)));
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn setup() -> (tokio::runtime::Runtime, Consumer, String) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let broker = binval_testkit::broker();
+    let topic = binval_testkit::unique_name("bench-inval");
+    broker.create_topic(&topic, 1).expect("create topic");
+    let redis_url = binval_testkit::redis().url();
+    let key = format!("{}:6666", binval_testkit::unique_name("bench-item"));
+    let consumer = rt.block_on(async {
+        let client = redis::Client::open(redis_url.as_str()).expect("redis url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
+        let mut p = redis::pipe();
+        p.set(binval_protocol::replica_key(&key, 0), r#"{"id":6666,"name":"lamp","price_cents":1999}"#).ignore();
+        p.set(binval_protocol::version_key(&key), 1).ignore();
+        p.query_async::<()>(&mut conn).await.expect("write key");
+        let c = Consumer::builder()
+            .redis_standalone(&redis_url)
+            .brokers(broker.bootstrap())
+            .topic(&topic)
+            .kafka_property("fetch.wait.max.ms", "5")
+            .build()
+            .await
+            .expect("build consumer");
+        assert!(c.get(&key).await.expect("fill").is_some());
+        c
+    });
+    assert!(consumer.cached_version(&key).is_some(), "key not cached");
+    (rt, consumer, key)
+}
+
+fn local_hit(cr: &mut Criterion) {
+    let (rt, c, key) = setup();
+
+    // Plain timed loops first, so the numbers are printed even when criterion's output is not read.
+    let n = 2_000_000;
+    run_threads(&c, &key, 1, n / 10); // warm-up
+    let one = run_threads(&c, &key, 1, n);
+    println!("local hit, 1 thread: {:.1} ns per hit ({n} hits)", one.as_nanos() as f64 / n as f64);
+    let two = run_threads(&c, &key, 2, n);
+    println!(
+        "local hit, 2 threads: {:.0} hits/s ({n} hits in {:.1} ms)",
+        n as f64 / two.as_secs_f64(),
+        two.as_secs_f64() * 1e3
+    );
+
+    let mut g = cr.benchmark_group("local_hit");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("get_1_thread", |b| b.iter(|| hit(&c, black_box(&key))));
+    // Each iteration is one hit; two threads share the iterations, so criterion's time per
+    // iteration is wall time / hits and its throughput is the total of both threads.
+    g.bench_function("get_2_threads", |b| b.iter_custom(|iters| run_threads(&c, &key, 2, iters)));
+    g.finish();
+
+    let s = c.stats();
+    assert_eq!(s.fills, 1, "every measured get must be a hit: {s:?}");
+    rt.block_on(c.shutdown());
+}
+
+criterion_group!(benches, local_hit);
+criterion_main!(benches);

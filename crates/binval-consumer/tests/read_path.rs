@@ -1,0 +1,230 @@
+//! The read path's protections against real services (standalone Redis and the tansu broker
+//! from binval-testkit): single-flight of concurrent misses, the miss rate limit with its stale
+//! fallback, and TTL jitter. Nothing here asserts a latency.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use binval_consumer::ConsumerError;
+use common::*;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+/// 50 concurrent gets of one cold key: exactly one fill (one Redis round trip), same value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_misses_share_one_fill() -> anyhow::Result<()> {
+    init_tracing();
+    let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
+    let key = format!("{}:1", binval_testkit::unique_name("sf"));
+    let payload = r#"{"id":1,"name":"single"}"#;
+    let mut r = redis_conn().await?;
+    write_standalone(&mut r, &key, 4, payload, 7).await?;
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).build().await?;
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(50));
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let (c, key, barrier) = (c.clone(), key.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            c.get(&key).await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await??.as_deref(), Some(payload));
+    }
+    let s = c.stats();
+    println!("50 concurrent gets of a cold key: {s:?}");
+    assert_eq!(s.fills, 1, "{s:?}");
+    assert_eq!(s.hits + s.misses, 50, "{s:?}");
+    assert_eq!(c.cached_version(&key), Some(7));
+    c.shutdown().await;
+    Ok(())
+}
+
+/// A shared fill that the fill-race guard refuses: every waiter gets the value, nothing is
+/// cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn refused_shared_fill_reaches_all_waiters_caches_nothing() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 1).await?;
+    let key = format!("{}:2", binval_testkit::unique_name("sf"));
+    let mut r = redis_conn().await?;
+    // Redis still at version 3, but the event for version 5 has been applied already.
+    write_standalone(&mut r, &key, 2, "v3", 3).await?;
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(2).build().await?;
+    let mut rx = c.subscribe_evictions();
+    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 5)).await?;
+    wait_notice(&mut rx, &key, 5, WAIT).await?;
+
+    let barrier = Arc::new(tokio::sync::Barrier::new(20));
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (c, key, barrier) = (c.clone(), key.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            c.get(&key).await
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await??.as_deref(), Some("v3"));
+    }
+    let s = c.stats();
+    println!("20 concurrent gets, guard refuses: {s:?}");
+    assert_eq!(c.cached_version(&key), None);
+    assert!(s.fills >= 1 && s.fills_refused == s.fills, "{s:?}");
+    assert_eq!(s.hits, 0, "{s:?}");
+    c.shutdown().await;
+    Ok(())
+}
+
+/// Per-key limit 1/s: a refill right after an invalidation is refused and the evicted value is
+/// served from the stale copy; without a stale copy the caller gets `Overloaded`.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_key_limit_serves_stale_or_overloaded() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 1).await?;
+    let key = format!("{}:3", binval_testkit::unique_name("lim"));
+    let mut r = redis_conn().await?;
+    write_standalone(&mut r, &key, 1, "v1", 1).await?;
+    let c = builder(&topic)
+        .redis_standalone(binval_testkit::redis().url())
+        .max_fills_per_key_per_sec(1)
+        .stale_ttl(Duration::from_secs(30))
+        .build()
+        .await?;
+    let p = producer(&broker.bootstrap())?;
+    let mut rx = c.subscribe_evictions();
+    assert_eq!(c.get(&key).await?.as_deref(), Some("v1"));
+
+    // Change + event, then read at once. The refill normally falls within the second after the
+    // previous fill and is refused; if the machine was slow enough for the second to pass, the
+    // refill is admitted (and caches the new value), so go round again.
+    let mut held = "v1".to_string();
+    let mut served_stale = false;
+    for v in 2u64..=6 {
+        let new = format!("v{v}");
+        write_standalone(&mut r, &key, 1, &new, v).await?;
+        publish(&p, &topic, &event(&key, v)).await?;
+        assert!(wait_notice(&mut rx, &key, v, WAIT).await?.evicted);
+        let got = c.get(&key).await?;
+        if got.as_deref() == Some(held.as_str()) {
+            served_stale = true;
+            break;
+        }
+        assert_eq!(got.as_deref(), Some(new.as_str()));
+        held = new;
+    }
+    let s = c.stats();
+    println!("per-key limit, after invalidation: {s:?}");
+    assert!(served_stale, "no refill was refused: {s:?}");
+    assert_eq!(s.stale_served, 1, "{s:?}");
+    assert_eq!(s.limiter_rejections, 1, "{s:?}");
+    assert_eq!(c.cached_version(&key), None, "a stale copy is never put back in the cache");
+
+    // No stale copy: an absent key (the first read uses the key's one fill of this second).
+    let absent = format!("{}:absent", binval_testkit::unique_name("lim"));
+    let mut overloaded = None;
+    for _ in 0..5 {
+        assert_eq!(c.get(&absent).await?, None);
+        match c.get(&absent).await {
+            Err(e @ ConsumerError::Overloaded { .. }) => {
+                overloaded = Some(e);
+                break;
+            }
+            Ok(None) => {} // more than a second passed between the two reads; again
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    let e = overloaded.expect("the second read within the second is refused");
+    println!("{e}");
+    assert!(e.to_string().contains(&absent), "{e}");
+    assert_eq!(c.stats().stale_served, 1);
+    c.shutdown().await;
+    Ok(())
+}
+
+/// Instance-wide limit 1/s: the second fill of any key within the second is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn instance_limit_refuses_second_fill() -> anyhow::Result<()> {
+    init_tracing();
+    let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
+    let base = binval_testkit::unique_name("lim");
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).max_fills_per_sec(1).build().await?;
+    let mut refused = false;
+    for i in 0..5 {
+        assert_eq!(c.get(&format!("{base}:a{i}")).await?, None);
+        match c.get(&format!("{base}:b{i}")).await {
+            Err(ConsumerError::Overloaded { key }) => {
+                assert_eq!(key, format!("{base}:b{i}"));
+                refused = true;
+                break;
+            }
+            Ok(None) => {}
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    assert!(refused);
+    assert!(c.stats().limiter_rejections >= 1);
+    c.shutdown().await;
+    Ok(())
+}
+
+/// TTL 2 s with jitter 0.25: every entry lives between 1.5 s and 2.5 s. Checked with wide
+/// margins: all present at 1.0 s, all gone at 3.5 s.
+#[tokio::test(flavor = "multi_thread")]
+async fn ttl_jitter_keeps_entries_within_bounds() -> anyhow::Result<()> {
+    init_tracing();
+    let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
+    let base = binval_testkit::unique_name("jit");
+    let mut r = redis_conn().await?;
+    let keys: Vec<String> = (0..20).map(|i| format!("{base}:{i}")).collect();
+    for k in &keys {
+        write_standalone(&mut r, k, 1, "x", 1).await?;
+    }
+    let c = builder(&topic)
+        .redis_standalone(binval_testkit::redis().url())
+        .ttl(Duration::from_secs(2))
+        .ttl_jitter(0.25)
+        .build()
+        .await?;
+    let first_fill = Instant::now();
+    for k in &keys {
+        assert_eq!(c.get(k).await?.as_deref(), Some("x"));
+    }
+    let last_fill = Instant::now();
+    tokio::time::sleep_until((first_fill + Duration::from_millis(1000)).into()).await;
+    if first_fill.elapsed() < Duration::from_millis(1400) {
+        for k in &keys {
+            assert_eq!(c.cached_version(k), Some(1), "{k} gone before ttl*(1-j)");
+        }
+    } else {
+        println!("machine too slow to check the lower bound ({:?})", first_fill.elapsed());
+    }
+    tokio::time::sleep_until((last_fill + Duration::from_millis(3500)).into()).await;
+    for k in &keys {
+        assert_eq!(c.cached_version(k), None, "{k} still cached after ttl*(1+j)");
+    }
+    c.shutdown().await;
+    Ok(())
+}
+
+/// An out-of-range jitter is a config error naming the field (before any connection).
+#[tokio::test]
+async fn ttl_jitter_out_of_range_is_config_error() {
+    for bad in [-0.1, 1.0, 2.5, f64::NAN] {
+        let err = binval_consumer::Consumer::builder()
+            .redis_standalone("redis://127.0.0.1:1")
+            .brokers("127.0.0.1:1")
+            .topic("t")
+            .ttl_jitter(bad)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ConsumerError::Config { field: "ttl_jitter", .. }), "{bad}: {err}");
+    }
+}
