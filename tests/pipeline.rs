@@ -271,26 +271,15 @@ async fn a_sink_failure_stops_an_idle_pipeline_at_once() {
     let e = run.expect_error(15).await;
     let m = e.to_string();
     assert!(!e.is_transient() && m.contains("WRONGTYPE") && m.contains(&key), "{m}");
-    let cp = block(|| r.get(&format!("binval:checkpoint:{}", env.source_name))).unwrap();
-    let cp: serde_json::Value = serde_json::from_str(&cp).unwrap();
-    // End of the failed transaction: the Xid after our table's TABLE_MAP.
-    let (bf, bp) = before.rsplit_once(':').unwrap();
-    let out = tk::mariadb().sql(&format!("SHOW BINLOG EVENTS IN '{bf}' FROM {bp}")).unwrap();
-    let mut seen_map = false;
-    let mut txn_end = None;
-    for line in out.lines() {
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 6 && cols[2] == "Table_map" && cols[5].contains(&env.db) {
-            seen_map = true;
-        }
-        if seen_map && cols.len() >= 5 && cols[2] == "Xid" {
-            txn_end = Some(cols[4].parse::<u64>().unwrap());
-            break;
-        }
+    // The failed transaction was not acknowledged: once the key is repaired, a restart re-reads
+    // it from the checkpoint and applies it.
+    if let RedisClient::Standalone(c) = &mut r {
+        let _: () = redis::cmd("DEL").arg(format!("{key}:ver")).query(c).unwrap();
     }
-    let txn_end = txn_end.expect("found the failed transaction in the binlog");
-    assert_eq!(cp["file"].as_str().unwrap(), bf);
-    assert!(cp["pos"].as_u64().unwrap() < txn_end, "the failed transaction is not acknowledged: {cp}, transaction ends at {txn_end}");
+    let _ = before;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    assert_eq!(block(|| r.wait_version(&key, 1)), 1, "the failed change is applied after the restart");
+    run.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
