@@ -75,7 +75,8 @@ pub struct InvalidationEvent {
     pub schema: u32,
     /// Logical key, e.g. `item:detail:6666` (no replica suffix).
     pub key: String,
-    /// The version token after this change: the value `INCR K:ver` returned.
+    /// The version of this change: its fence position ([`crate::FencePosition`]), which is what
+    /// the version token `K:ver` holds once this change is applied.
     pub version: Version,
     /// What happened to the key.
     pub op: Op,

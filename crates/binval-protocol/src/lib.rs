@@ -6,6 +6,9 @@
 //!   that makes replicas land on different masters.
 //! * [`event`]: the invalidation event published to Kafka, one per changed key, as JSON
 //!   (schema in `schemas/invalidation-event.schema.json`).
+//! * [`fence`]: version-fenced writes — the replica record (a hash with payload, fence
+//!   position, tombstone flag, fencing token), the version token's value (the fence position of
+//!   the newest change), and the Lua scripts that only ever move a key forward.
 //! * [`version`]: the evict rule — an event with version `v` evicts a cached entry whose
 //!   version is lower than `v`.
 //!
@@ -13,9 +16,11 @@
 //! reads go version-then-replica.
 
 pub mod event;
+pub mod fence;
 pub mod keys;
 pub mod version;
 
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
+pub use fence::{parse_version, FencePosition, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
 pub use version::{should_evict, Version};

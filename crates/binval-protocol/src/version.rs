@@ -1,9 +1,11 @@
 //! Version tokens and the evict rule.
 //!
-//! A version token (`K:ver`) is a Redis integer that the writer bumps with `INCR` after all
-//! replicas of `K` hold a change. It starts at 0 (absent) and only grows.
+//! A version token (`K:ver`) holds the fence position (see [`crate::fence`]) of the newest
+//! change applied to `K`, written only after all replicas of `K` hold that change. It is 0
+//! (absent) before the first write and only grows.
 
-/// The value of a version token: what `INCR K:ver` returned. `0` means "never written".
+/// The value of a version token: the [`crate::FencePosition`] of the newest change applied to
+/// the key, as a `u64`. `0` means "never written".
 pub type Version = u64;
 
 /// The evict rule: an invalidation event carrying version `event_version` evicts a cached entry

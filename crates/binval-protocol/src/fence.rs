@@ -1,0 +1,214 @@
+//! Version-fenced writes: the record layout of a suffix replica and of a version token, the
+//! fence position that orders writes, and the Lua scripts that apply a write only when it is
+//! newer than what a key already holds.
+//!
+//! # Why
+//!
+//! Redis Cluster gives no atomicity across the N suffix replicas of a key (they sit on
+//! different masters on purpose), and binval re-applies changes after a crash, a replay or a
+//! duplicate delivery. Correctness therefore cannot come from "exactly once"; it comes from
+//! making every single-key write **conditional on its source position**: a replica or a version
+//! token only ever moves forward. Re-applying an old change is a no-op; applying changes twice
+//! in any interleaving converges to the newest one (invariant I2 of the design note).
+//!
+//! # Fence position
+//!
+//! A [`FencePosition`] is a `u64` that grows with the source's commit order:
+//!
+//! * `gtid` (MariaDB): the GTID sequence number of the transaction (`domain-server-seq`, the
+//!   `seq` part). MariaDB keeps sequence numbers across a primary failover inside one replication
+//!   domain (the new primary continues the domain's numbering), so versions stay comparable.
+//! * `file_pos` (any source): `file_index << 32 | end_pos`, where `file_index` is the numeric
+//!   suffix of the binlog file name (`mysql-bin.000042` -> 42) and `end_pos` the 4-byte event
+//!   position after the commit. Positions of different servers are **not** comparable: after a
+//!   failover to a server with other file names, raise the fence epoch (below).
+//!
+//! The top 8 bits carry the **fence epoch** (`source.fence_epoch` in the configuration,
+//! default 0): writes of epoch `e + 1` always win over writes of epoch `e`. An operator raises
+//! the epoch after a failover that broke position comparability, so the new primary's changes
+//! are never refused as "older".
+//!
+//! The version token `K:ver` holds the fence position of the newest change applied to `K`, as
+//! a decimal string (GET-able, parsed as `u64`). Versions are therefore not a change counter:
+//! they are the source position of the last change, and an invalidation event carries the same
+//! number. The evict rule ([`crate::should_evict`]) needs only that they grow.
+//!
+//! # Replica record
+//!
+//! A suffix replica `K:rN` is a Redis **hash**:
+//!
+//! | field | meaning |
+//! |-------|---------|
+//! | `d`   | the payload (canonical JSON of the row); absent in a tombstone |
+//! | `p`   | fence position of the change that wrote the record (decimal) |
+//! | `t`   | `1` when the record is a tombstone (the row was deleted) |
+//! | `f`   | fencing token of the binval instance that wrote it (decimal, see HA in the README) |
+//!
+//! A delete writes a **tombstone** (`p`, `t`, `f`, with a TTL) instead of removing the key, so a
+//! late, older write of the same key cannot resurrect the row: the tombstone's `p` refuses it.
+//! Readers treat a tombstone as "no row" (and do not fall back to another replica or a loader).
+//!
+//! Both scripts compare decimal strings numerically without converting them to Lua numbers
+//! (which are doubles and lose precision above 2^53).
+
+/// Hash field of a replica record holding the payload.
+pub const FIELD_DATA: &str = "d";
+/// Hash field of a replica record holding the fence position of its last write.
+pub const FIELD_POSITION: &str = "p";
+/// Hash field marking a tombstone (`"1"`).
+pub const FIELD_TOMBSTONE: &str = "t";
+/// Hash field holding the fencing token of the writer.
+pub const FIELD_FENCE: &str = "f";
+
+/// Number of low bits of a [`FencePosition`] below the fence epoch.
+pub const EPOCH_SHIFT: u32 = 56;
+
+/// A monotonic source position used to order writes of one key. See the module docs for how it
+/// is built from a GTID or a binlog position, and for the fence epoch in its top 8 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct FencePosition(pub u64);
+
+impl FencePosition {
+    /// From a MariaDB GTID sequence number. `None` when `seq` does not fit below the epoch bits
+    /// (2^56, i.e. never in practice).
+    pub fn from_gtid_seq(epoch: u8, seq: u64) -> Option<Self> {
+        (seq < 1u64 << EPOCH_SHIFT).then(|| FencePosition(u64::from(epoch) << EPOCH_SHIFT | seq))
+    }
+
+    /// From a binlog file name and the 4-byte position after the commit event. `None` when the
+    /// file name has no numeric suffix or the index does not fit in 24 bits.
+    ///
+    /// ```
+    /// use binval_protocol::FencePosition;
+    /// let p = FencePosition::from_file_pos(0, "mysql-bin.000042", 4711).unwrap();
+    /// assert_eq!(p.0, 42 << 32 | 4711);
+    /// assert!(FencePosition::from_file_pos(0, "mysql-bin.000043", 4).unwrap() > p);
+    /// ```
+    pub fn from_file_pos(epoch: u8, file: &str, pos: u32) -> Option<Self> {
+        let idx: u64 = file.rsplit('.').next()?.parse().ok()?;
+        (idx < 1 << 24).then(|| FencePosition(u64::from(epoch) << EPOCH_SHIFT | idx << 32 | u64::from(pos)))
+    }
+
+    /// The fence epoch (top 8 bits).
+    pub fn epoch(self) -> u8 {
+        (self.0 >> EPOCH_SHIFT) as u8
+    }
+}
+
+impl std::fmt::Display for FencePosition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What one replica read (`HMGET K:rN d t`) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaRecord {
+    /// The key does not exist (never written, expired, or wiped): try another replica.
+    Missing,
+    /// A tombstone: the row was deleted. Readers answer "no row".
+    Deleted,
+    /// The payload bytes.
+    Value(Vec<u8>),
+}
+
+impl ReplicaRecord {
+    /// Interpret the reply of `HMGET K:rN d t` (fields in that order).
+    pub fn from_fields(data: Option<Vec<u8>>, tombstone: Option<Vec<u8>>) -> Self {
+        match (data, tombstone) {
+            (Some(d), _) => ReplicaRecord::Value(d),
+            (None, Some(_)) => ReplicaRecord::Deleted,
+            (None, None) => ReplicaRecord::Missing,
+        }
+    }
+}
+
+/// Parse a version token as read by `GET K:ver` (`None` = never written = version 0).
+///
+/// Errors when the stored string is not a decimal `u64` (the key was written by something other
+/// than binval); the message names the value.
+pub fn parse_version(raw: Option<&[u8]>) -> Result<u64, String> {
+    match raw {
+        None => Ok(0),
+        Some(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or_else(|| format!("version token is not a decimal integer: {:?}", String::from_utf8_lossy(b))),
+    }
+}
+
+/// Lua helper shared by the scripts: numeric comparison of two decimal strings without leading
+/// zeros (`a > b`).
+const LUA_NEWER: &str = r#"
+local function newer(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+"#;
+
+/// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind
+/// (`set` | `del`), payload (ignored for `del`), tombstone TTL in ms.
+///
+/// Returns `1` when applied, `0` when the record already holds this or a newer position (a
+/// no-op re-apply), `-1` when the record was written by a newer fencing token (this writer has
+/// lost its lease and must stop).
+pub fn replica_write_script() -> String {
+    format!(
+        "{LUA_NEWER}
+local cur = redis.call('HMGET', KEYS[1], 'p', 'f')
+if cur[2] and newer(cur[2], ARGV[2]) then return -1 end
+if cur[1] and not newer(ARGV[1], cur[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+if ARGV[3] == 'set' then
+  redis.call('HSET', KEYS[1], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
+else
+  redis.call('HSET', KEYS[1], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+end
+return 1
+"
+    )
+}
+
+/// The version token script. `KEYS[1]` = `K:ver`; `ARGV[1]` = position. Sets the token to the
+/// position when it is newer than the stored one (or absent). Returns `1` when it moved, `0`
+/// otherwise.
+pub fn version_bump_script() -> String {
+    format!(
+        "{LUA_NEWER}
+local cur = redis.call('GET', KEYS[1])
+if cur and not newer(ARGV[1], cur) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_order_by_epoch_then_source_order() {
+        let a = FencePosition::from_gtid_seq(0, u64::MAX >> 8).unwrap();
+        let b = FencePosition::from_gtid_seq(1, 1).unwrap();
+        assert!(b > a);
+        assert_eq!(b.epoch(), 1);
+        assert!(FencePosition::from_gtid_seq(0, 1 << 56).is_none());
+        assert!(FencePosition::from_file_pos(0, "binlog", 4).is_none());
+        assert!(FencePosition::from_file_pos(0, "b.016777216", 4).is_none());
+        let f1 = FencePosition::from_file_pos(0, "b.000001", u32::MAX).unwrap();
+        let f2 = FencePosition::from_file_pos(0, "b.000002", 4).unwrap();
+        assert!(f2 > f1);
+    }
+
+    #[test]
+    fn replica_records_and_versions_parse() {
+        assert_eq!(ReplicaRecord::from_fields(None, None), ReplicaRecord::Missing);
+        assert_eq!(ReplicaRecord::from_fields(None, Some(b"1".to_vec())), ReplicaRecord::Deleted);
+        assert_eq!(ReplicaRecord::from_fields(Some(b"{}".to_vec()), None), ReplicaRecord::Value(b"{}".to_vec()));
+        assert_eq!(parse_version(None), Ok(0));
+        assert_eq!(parse_version(Some(b"18446744073709551615")), Ok(u64::MAX));
+        assert!(parse_version(Some(b"x")).unwrap_err().contains("\"x\""));
+    }
+}
