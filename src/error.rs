@@ -61,6 +61,9 @@ pub enum DefiniteError {
     /// The metrics endpoint could not be started (address in use, bad address).
     #[error("metrics endpoint: {0}")]
     MetricsListen(String),
+    /// The fence position (the order of writes) of a transaction cannot be derived.
+    #[error("cannot order the writes of the transaction at {position}: {message}")]
+    Fence { position: String, message: String },
     /// The checkpoint store holds something that is not a checkpoint.
     #[error("checkpoint at {location} is unreadable: {message}")]
     BadCheckpoint { location: String, message: String },
@@ -84,6 +87,10 @@ pub enum TransientError {
     /// The checkpoint could not be saved.
     #[error("checkpoint save: {0}")]
     Checkpoint(String),
+    /// Another instance holds the lease of this source (its fencing token is newer): this
+    /// instance stops writing and waits as standby.
+    #[error("lease of source {source_name} lost: {message}; continuing as standby")]
+    LeaseLost { source_name: String, message: String },
 }
 
 /// Result with [`Error`].

@@ -12,9 +12,14 @@
 //!    then moves the acknowledged position past it (I3); it saves at most once per interval
 //!    and once more when the pipeline stops for any reason.
 //!
+//! Before any of it runs, the instance takes the source's lease ([`crate::lease`]); while
+//! another instance holds it, this one waits as standby. A fourth task renews the lease and
+//! stops the pipeline when it is lost.
+//!
 //! The supervisor restarts the whole pipeline from the saved checkpoint after a transient
 //! failure (with exponential backoff), and stops on a definite one. Re-applied transactions
-//! bump version tokens again — tokens only grow, so consumers at worst evict once more.
+//! are no-ops in Redis (version-fenced writes, see [`crate::redis_sink`]) and publish their
+//! events again with the same versions, which consumers ignore (the evict rule).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -29,8 +34,10 @@ use crate::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
 use crate::config::{Config, StartPosition};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::kafka_sink::KafkaSink;
+use crate::fence::FenceRule;
+use crate::lease::Lease;
 use crate::mapping::{KeyChange, Mapper};
-use crate::redis_sink::RedisConn;
+use crate::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 use crate::source::{self, Resume, SourceStats};
 use crate::telemetry::names;
 use crate::txn::Transaction;
@@ -71,10 +78,19 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
         .with_max_elapsed_time(None)
         .build();
     let progress = tokio::spawn(progress_log(stats.clone(), shutdown.clone()));
+    let holder = crate::lease::holder_id();
     let result = loop {
         let started = Instant::now();
-        match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone()).await {
+        match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone(), &holder).await {
             Ok(()) => break Ok(()),
+            Err(Error::Transient(e @ TransientError::LeaseLost { .. })) => {
+                if *shutdown.borrow() {
+                    break Ok(());
+                }
+                stats.restarts.fetch_add(1, Relaxed);
+                metrics::counter!(names::RESTARTS).increment(1);
+                tracing::warn!(error = %e, "stopped writing: another instance is active");
+            }
             Err(Error::Transient(e)) => {
                 if *shutdown.borrow() {
                     break Ok(());
@@ -99,14 +115,33 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
     result
 }
 
-async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
+async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, holder: &str) -> Result<(), Error> {
     let redis = RedisConn::connect(&cfg.redis).await?;
+    let lease = {
+        let mut sd = shutdown.clone();
+        match Lease::acquire(&redis, &cfg.source.name, holder, cfg.source.lease_ms, &mut sd).await? {
+            Some(l) => l,
+            None => return Ok(()),
+        }
+    };
+    let result = run_active(cfg, mapper, shutdown.clone(), stats, &redis, &lease).await;
+    if *shutdown.borrow() && !matches!(result, Err(Error::Transient(TransientError::LeaseLost { .. }))) {
+        lease.release(&redis).await;
+    }
+    result
+}
+
+async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, redis: &RedisConn, lease: &Lease) -> Result<(), Error> {
+    let redis = redis.clone();
     let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+    store.set_token(lease.token);
     let saved = store.load().await?;
     let kafka = Arc::new(KafkaSink::connect(&cfg.kafka).await?);
 
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
+    let fence = FenceRule::resolve(&cfg.source, info.mariadb);
+    let wctx = WriteBase { fence, token: lease.token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
     let logs = source::binary_logs(&mut conn).await?;
     for p in source::check_mappings(&mut conn, &cfg.mappings).await? {
         // Not fatal: the table may be created later; `binval check` fails on it.
@@ -168,7 +203,7 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let apply_task = {
-        let (st, f) = (stop_tx.clone(), apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone()));
+        let (st, f) = (stop_tx.clone(), apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone(), wctx));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let interval = Duration::from_millis(cfg.checkpoint.interval_ms);
@@ -177,19 +212,29 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
         let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
+    let lease_task = {
+        let (st, lease, conn, stop) = (stop_tx.clone(), lease.clone(), redis.clone(), stop_rx.clone());
+        tokio::spawn(async move { stop_on_error(st, lease.keep(conn, stop).await) })
+    };
     let (s, a, c) = tokio::join!(source_task, apply_task, cp_task);
+    let _ = stop_tx.send(true);
+    let l = lease_task.await;
     forward.abort();
     let flat = |r: Result<Result<(), Error>, tokio::task::JoinError>| match r {
         Ok(r) => r,
         Err(e) => Err(TransientError::Source(format!("task failed: {e}")).into()),
     };
     // Report the root cause: a definite error wins over the transient ones it caused.
-    let results = [flat(s), flat(a), flat(c)];
+    let results = [flat(l), flat(s), flat(a), flat(c)];
+    // A lost lease wins over everything: the other failures are its consequences.
     let mut first: Option<Error> = None;
     for r in results {
         if let Err(e) = r {
+            let lost = |e: &Error| matches!(e, Error::Transient(TransientError::LeaseLost { .. }));
             match (&first, &e) {
                 (None, _) => first = Some(e),
+                (Some(f), _) if lost(f) => {}
+                (_, e2) if lost(e2) => first = Some(e),
                 (Some(Error::Transient(_)), Error::Definite(_)) => first = Some(e),
                 _ => {}
             }
@@ -212,6 +257,14 @@ struct Pending {
     deliveries: Vec<(String, DeliveryFuture)>,
 }
 
+/// What every write of this tenure shares.
+#[derive(Debug, Clone, Copy)]
+struct WriteBase {
+    fence: FenceRule,
+    token: u64,
+    tombstone_ttl_ms: u64,
+}
+
 async fn apply_loop(
     mapper: Arc<Mapper>,
     redis: RedisConn,
@@ -219,21 +272,29 @@ async fn apply_loop(
     mut rx: mpsc::Receiver<Transaction>,
     acks: mpsc::Sender<Pending>,
     stats: Arc<Stats>,
+    base: WriteBase,
 ) -> Result<(), Error> {
     let mut changes: Vec<KeyChange> = Vec::new();
     while let Some(txn) = rx.recv().await {
         changes.clear();
         mapper.map_rows(&txn.rows, &mut changes);
+        collapse_per_key(&mut changes);
         let mut deliveries = Vec::with_capacity(changes.len());
         if !changes.is_empty() {
+            let w = WriteCtx { position: base.fence.position(&txn.position)?, token: base.token, tombstone_ttl_ms: base.tombstone_ttl_ms };
             let t = Instant::now();
-            let versions = redis.apply_all(&changes).await?;
+            let applied = redis.apply_all(&changes, &w).await?;
             metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
-            for (ch, version) in changes.iter().zip(versions) {
+            let noop = applied.iter().filter(|a| a.replicas_written == 0 && !a.version_moved).count();
+            if noop > 0 {
+                metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
+            }
+            for (ch, a) in changes.iter().zip(applied) {
+                crate::failpoint::hit("kafka.before_enqueue");
                 let ev = InvalidationEvent {
                     schema: EVENT_SCHEMA_VERSION,
                     key: ch.key.clone(),
-                    version,
+                    version: a.version,
                     op: ch.op,
                     table: ch.table.to_string(),
                     position: txn.position.clone(),
@@ -272,7 +333,10 @@ async fn checkpoint_loop(
             match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
                 Ok(n) => n,
                 Err(_) => {
-                    save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+                    if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &stats).await {
+                        failure = Some(e);
+                        break 'outer;
+                    }
                     last_save = Instant::now();
                     dirty = false;
                     continue;
@@ -312,13 +376,18 @@ async fn checkpoint_loop(
         acked = Some(p.position);
         dirty = true;
         if last_save.elapsed() >= interval {
-            save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+            if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &stats).await {
+                failure = Some(e);
+                break 'outer;
+            }
             last_save = Instant::now();
             dirty = false;
         }
     }
-    if let (true, Some(a)) = (dirty, acked.as_ref()) {
-        save(&store, a, &gtids, &stats).await;
+    if let (true, Some(a), None) = (dirty, acked.as_ref(), &failure) {
+        if let Err(e) = save(&store, a, &gtids, &stats).await {
+            failure = Some(e);
+        }
     }
     match failure {
         Some(e) => Err(e),
@@ -326,16 +395,24 @@ async fn checkpoint_loop(
     }
 }
 
-async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, stats: &Stats) {
+/// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
+/// and the next save retries).
+async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, stats: &Stats) -> Result<(), Error> {
     let cp = checkpoint_at(pos, gtids);
+    crate::failpoint::hit("checkpoint.before_save");
     match store.lock().await.save(&cp).await {
         Ok(()) => {
+            crate::failpoint::hit("checkpoint.after_save");
             stats.checkpoints.fetch_add(1, Relaxed);
             metrics::counter!(names::CHECKPOINTS).increment(1);
             tracing::debug!(file = %cp.file, pos = cp.pos, "checkpoint saved");
+            Ok(())
         }
-        // A failed save only means a restart re-applies more; the next save retries.
-        Err(e) => tracing::warn!(error = %e, "checkpoint save failed; will retry"),
+        Err(e @ Error::Transient(TransientError::LeaseLost { .. })) => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoint save failed; will retry");
+            Ok(())
+        }
     }
 }
 

@@ -1,5 +1,10 @@
 //! Redis stage: per changed key, in commit order, write all N suffix replicas, wait for every
-//! acknowledgement, then bump the version token with `INCR K:ver`.
+//! acknowledgement, then move the version token `K:ver` to the change's fence position.
+//!
+//! Every single-key write is **version-fenced** (see `binval_protocol::fence`): a Lua script
+//! applies it only when its fence position is newer than what the key holds, so re-applying
+//! changes after a crash, a replay or a duplicate never moves a replica or a token backwards
+//! (invariant I2), and a delete leaves a tombstone that refuses late, older writes.
 //!
 //! * Standalone: replicas and token in one `MULTI`/`EXEC` per key change, so a reader sees all
 //!   of it or none of it.
@@ -7,7 +12,7 @@
 //!   has no atomicity across slots (the redis crate refuses cross-slot pipelines). So binval
 //!   sends each replica write to its own slot's master concurrently (the multiplexed cluster
 //!   connection batches the commands per node), waits until every one is acknowledged, and only
-//!   then sends `INCR K:ver`. Order and idempotence carry correctness instead of atomicity: a
+//!   then runs the version script on `K:ver`. Order and idempotence carry correctness instead of atomicity: a
 //!   reader reads the token first, so it can pair a newer value with an older version (which
 //!   the next invalidation evicts) but never an older value with a newer version.
 //!
@@ -18,7 +23,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use binval_protocol::{replica_key, version_key};
+use binval_protocol::fence::{self, FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
+use binval_protocol::{parse_version, replica_key, version_key, FencePosition, Op, ReplicaRecord};
 use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -61,6 +67,9 @@ impl RedisConn {
                 let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut cm).await.map_err(transient)?;
                 if info.contains("cluster_enabled:1") {
                     return Err(mode_mismatch("standalone", "is a Redis Cluster node; set redis.mode = \"cluster\""));
+                }
+                for code in [fence::replica_write_script(), fence::version_bump_script()] {
+                    let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(code).query_async(&mut cm).await.map_err(transient)?;
                 }
                 Ok(RedisConn::Standalone(cm))
             }
@@ -105,51 +114,90 @@ impl RedisConn {
         }
     }
 
-    /// Apply one key change: replicas first, then the token. Returns the new version (what
-    /// `INCR` returned).
-    pub async fn apply(&self, ch: &KeyChange) -> Result<u64, Error> {
-        let vkey = version_key(&ch.key);
+    /// Run a Lua script (EVALSHA, loading it on NOSCRIPT), routed by its first key.
+    pub async fn eval<T: redis::FromRedisValue>(&mut self, code: &str, keys: &[String], args: &[String]) -> Result<T, RedisError> {
+        let script = redis::Script::new(code);
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
         match self {
+            RedisConn::Standalone(c) => inv.invoke_async(c).await,
+            RedisConn::Cluster(c) => inv.invoke_async(c).await,
+        }
+    }
+
+    /// Apply one key change at fence position `pos` under fencing token `token`: every replica
+    /// through the replica script, then the version token through the version script (see
+    /// `binval_protocol::fence`). Re-applying a change is a no-op; an older change never
+    /// overwrites a newer one.
+    ///
+    /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
+    /// token; transient/definite Redis errors per [`classify`].
+    pub async fn apply(&self, ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Result<Applied, Error> {
+        let vkey = version_key(&ch.key);
+        let args = replica_args(ch, pos, token, tombstone_ttl_ms);
+        let (replica_results, version_moved): (Vec<i64>, bool) = match self {
             RedisConn::Standalone(c) => {
                 let mut c = c.clone();
                 let mut p = redis::pipe();
                 p.atomic();
+                // EVALSHA inside MULTI: the scripts were loaded at connect; after a server
+                // restart NOSCRIPT is a transient error and the reconnect loads them again.
                 for i in 0..ch.replicas {
-                    replica_cmd(&mut p, &replica_key(&ch.key, i), ch);
+                    p.cmd("EVALSHA").arg(scripts().replica.get_hash()).arg(1).arg(replica_key(&ch.key, i)).arg(&args);
                 }
-                p.incr(&vkey, 1u64);
-                let (v,): (u64,) = p.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
-                Ok(v)
+                p.cmd("EVALSHA").arg(scripts().version.get_hash()).arg(1).arg(&vkey).arg(pos.0.to_string());
+                let mut out: Vec<i64> = p.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
+                let v = out.pop().unwrap_or(0);
+                (out, v == 1)
             }
             RedisConn::Cluster(c) => {
                 let writes = (0..ch.replicas).map(|i| {
                     let mut c = c.clone();
                     let rk = replica_key(&ch.key, i);
+                    let args = &args;
                     async move {
-                        let mut p = redis::pipe();
-                        replica_cmd(&mut p, &rk, ch);
-                        p.query_async::<()>(&mut c).await.map_err(|e| classify(e, &rk))
+                        let mut inv = scripts().replica.key(&rk);
+                        inv.arg(args);
+                        let r: i64 = inv.invoke_async(&mut c).await.map_err(|e| classify(e, &rk))?;
+                        crate::failpoint::hit("redis.after_replica");
+                        Ok::<i64, Error>(r)
                     }
                 });
-                futures::future::try_join_all(writes).await?;
+                let results = futures::future::try_join_all(writes).await?;
+                crate::failpoint::hit("redis.before_version");
                 let mut c = c.clone();
-                let v: u64 = c.incr(&vkey, 1u64).await.map_err(|e| classify(e, &vkey))?;
-                Ok(v)
+                let v: i64 = scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
+                (results, v == 1)
             }
+        };
+        if replica_results.iter().any(|r| *r < 0) {
+            return Err(TransientError::LeaseLost {
+                source_name: String::new(),
+                message: format!("a replica of key {} was written under a newer fencing token than {token}", ch.key),
+            }
+            .into());
         }
+        Ok(Applied { version: pos.0, replicas_written: replica_results.iter().filter(|r| **r == 1).count() as u32, version_moved })
     }
 
-    async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>) -> Result<Vec<(usize, u64)>, Error> {
+    async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>, w: &WriteCtx) -> Result<Vec<(usize, Applied)>, Error> {
         let mut out = Vec::with_capacity(idx.len());
         for i in idx {
-            out.push((i, self.apply(&changes[i]).await?));
+            out.push((i, self.apply(&changes[i], w.position, w.token, w.tombstone_ttl_ms).await?));
         }
         Ok(out)
     }
 
-    /// Apply the key changes of one transaction; returns the version of each change, index for
-    /// index. Same-key changes are applied in order, different keys concurrently.
-    pub async fn apply_all(&self, changes: &[KeyChange]) -> Result<Vec<u64>, Error> {
+    /// Apply the key changes of one transaction (all at the transaction's fence position);
+    /// returns the outcome of each change, index for index. Callers pass at most one change
+    /// per key (see [`collapse_per_key`]): two changes at the same position would be a no-op
+    /// re-apply for the second. Different keys are applied concurrently.
+    pub async fn apply_all(&self, changes: &[KeyChange], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
         let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut order: Vec<&str> = Vec::new();
         for (i, c) in changes.iter().enumerate() {
@@ -162,31 +210,107 @@ impl RedisConn {
                 .push(i);
         }
         let groups: Vec<Vec<usize>> = order.into_iter().map(|k| by_key.remove(k).unwrap_or_default()).collect();
-        let mut versions = vec![0u64; changes.len()];
-        let results: Vec<Vec<(usize, u64)>> = stream::iter(groups)
-            .map(|idx| self.apply_group(changes, idx))
+        let mut applied = vec![Applied::default(); changes.len()];
+        let results: Vec<Vec<(usize, Applied)>> = stream::iter(groups)
+            .map(|idx| self.apply_group(changes, idx, w))
             .buffer_unordered(KEY_CONCURRENCY)
             .try_collect()
             .await?;
-        for (i, v) in results.into_iter().flatten() {
-            versions[i] = v;
+        for (i, a) in results.into_iter().flatten() {
+            applied[i] = a;
         }
-        Ok(versions)
+        Ok(applied)
+    }
+
+    /// Read one replica record and the version token of `key` (for replay dry-runs, verify and
+    /// tests): `(version, fence position of replica r, record)`.
+    pub async fn read_replica(&self, key: &str, r: u32) -> Result<(u64, Option<u64>, ReplicaRecord), Error> {
+        let rk = replica_key(key, r);
+        let mut c = self.clone();
+        let ver: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(version_key(key))).await.map_err(|e| classify(e, key))?;
+        let (d, p, t): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) =
+            c.query(redis::cmd("HMGET").arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE)).await.map_err(|e| classify(e, &rk))?;
+        let version = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: version_key(key), message: m })?;
+        Ok((version, p.and_then(|p| p.parse().ok()), ReplicaRecord::from_fields(d, t)))
     }
 }
 
-fn replica_cmd(p: &mut redis::Pipeline, rk: &str, ch: &KeyChange) {
-    match &ch.payload {
-        Some(v) if ch.ttl_secs > 0 => {
-            p.set_ex(rk, v, ch.ttl_secs).ignore();
-        }
-        Some(v) => {
-            p.set(rk, v).ignore();
-        }
-        None => {
-            p.del(rk).ignore();
+/// What one key change did in Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The change's version (its fence position); the event carries it.
+    pub version: u64,
+    /// Replicas that actually changed (0 on a re-apply of an applied change).
+    pub replicas_written: u32,
+    /// Whether the version token moved to `version`.
+    pub version_moved: bool,
+}
+
+/// Per-transaction write context.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteCtx {
+    /// Fence position of the transaction.
+    pub position: FencePosition,
+    /// Fencing token of this instance's lease.
+    pub token: u64,
+    /// Tombstone TTL, ms.
+    pub tombstone_ttl_ms: u64,
+}
+
+/// Keep only the last change of each key within one transaction (all of a transaction's
+/// changes share its fence position, and only the state after the commit is ever visible to
+/// readers). The kept change has the last op, except that a key inserted and then updated in
+/// the same transaction stays an `insert`. Order of first appearance is kept.
+pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
+    if changes.len() < 2 {
+        return;
+    }
+    let mut last: HashMap<String, usize> = HashMap::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        last.insert(c.key.clone(), i);
+    }
+    if last.len() == changes.len() {
+        return;
+    }
+    let mut first_op: HashMap<String, Op> = HashMap::new();
+    for c in changes.iter() {
+        first_op.entry(c.key.clone()).or_insert(c.op);
+    }
+    let mut i = 0;
+    changes.retain(|c| {
+        let keep = last[&c.key] == i;
+        i += 1;
+        keep
+    });
+    for c in changes.iter_mut() {
+        if first_op[&c.key] == Op::Insert && c.op == Op::Update {
+            c.op = Op::Insert;
         }
     }
+}
+
+struct Scripts {
+    replica: redis::Script,
+    version: redis::Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static S: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let (rc, vc) = (fence::replica_write_script(), fence::version_bump_script());
+        Scripts { replica: redis::Script::new(&rc), version: redis::Script::new(&vc) }
+    })
+}
+
+/// ARGV of the replica script for `ch`.
+fn replica_args(ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Vec<String> {
+    let (kind, payload, ttl_ms) = match (&ch.payload, ch.op) {
+        (_, Op::Delete) => ("del", String::new(), tombstone_ttl_ms),
+        (Some(p), _) => ("set", p.clone(), ch.ttl_secs * 1000),
+        // Invalidate mode: no payload, readers go to their loader.
+        (None, _) => ("inv", String::new(), if ch.ttl_secs > 0 { ch.ttl_secs * 1000 } else { tombstone_ttl_ms }),
+    };
+    vec![pos.0.to_string(), token.to_string(), kind.into(), payload, ttl_ms.to_string()]
 }
 
 fn mode_mismatch(mode: &str, what: &str) -> Error {
@@ -213,7 +337,7 @@ fn classify(e: RedisError, key: &str) -> Error {
         || e.is_cluster_error()
         || matches!(e.kind(), Server(_)) && {
             let s = e.to_string();
-            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM"].iter().any(|c| s.contains(c))
+            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "NOSCRIPT"].iter().any(|c| s.contains(c))
         };
     let _ = (Io, Client);
     if retry {

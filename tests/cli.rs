@@ -122,7 +122,7 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
     tk::mariadb().sql(&format!("INSERT INTO `{}`.items VALUES (1, 1), (2, 2)", env.db)).unwrap();
     let mut r = env.redis_client();
-    assert_eq!(r.wait_version(&format!("{}:item:2", env.prefix), 1), 1);
+    assert!(r.wait_version(&format!("{}:item:2", env.prefix), 1) >= 1);
     // Prometheus endpoint: both events acknowledged.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

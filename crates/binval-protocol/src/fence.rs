@@ -146,12 +146,16 @@ local function newer(a, b)
 end
 "#;
 
-/// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind
-/// (`set` | `del`), payload (ignored for `del`), tombstone TTL in ms.
+/// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind, payload
+/// (ignored unless kind is `set`), TTL in ms (`0` = none).
+///
+/// Kinds: `set` stores the payload; `del` stores a tombstone (`t` = 1; readers answer "no row");
+/// `inv` (invalidate mode) stores only the position, so readers see a missing replica and fall
+/// back to their loader, while an older write is still refused.
 ///
 /// Returns `1` when applied, `0` when the record already holds this or a newer position (a
-/// no-op re-apply), `-1` when the record was written by a newer fencing token (this writer has
-/// lost its lease and must stop).
+/// no-op re-apply), `-1` when the record was written under a newer fencing token (this writer
+/// has lost its lease and must stop).
 pub fn replica_write_script() -> String {
     format!(
         "{LUA_NEWER}
@@ -161,10 +165,12 @@ if cur[1] and not newer(ARGV[1], cur[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] == 'set' then
   redis.call('HSET', KEYS[1], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
-else
+elseif ARGV[3] == 'del' then
   redis.call('HSET', KEYS[1], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'p', ARGV[1], 'f', ARGV[2])
 end
+if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 return 1
 "
     )
