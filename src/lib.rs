@@ -33,6 +33,7 @@ pub mod mapping;
 pub mod offline;
 pub mod pipeline;
 pub mod redis_sink;
+pub mod replay;
 pub mod source;
 pub mod telemetry;
 pub mod txn;

@@ -6,8 +6,8 @@
 //! changes after a crash, a replay or a duplicate never moves a replica or a token backwards
 //! (invariant I2), and a delete leaves a tombstone that refuses late, older writes.
 //!
-//! * Standalone: replicas and token in one `MULTI`/`EXEC` per key change, so a reader sees all
-//!   of it or none of it.
+//! * Standalone: replicas and token in one Lua script per key change (scripts run atomically),
+//!   so a reader sees all of it or none of it.
 //! * Cluster: replicas live in different hash slots, usually on different masters, and Redis
 //!   has no atomicity across slots (the redis crate refuses cross-slot pipelines). So binval
 //!   sends each replica write to its own slot's master concurrently (the multiplexed cluster
@@ -68,7 +68,7 @@ impl RedisConn {
                 if info.contains("cluster_enabled:1") {
                     return Err(mode_mismatch("standalone", "is a Redis Cluster node; set redis.mode = \"cluster\""));
                 }
-                for code in [fence::replica_write_script(), fence::version_bump_script()] {
+                for code in [fence::key_apply_script()] {
                     let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(code).query_async(&mut cm).await.map_err(transient)?;
                 }
                 Ok(RedisConn::Standalone(cm))
@@ -130,9 +130,9 @@ impl RedisConn {
         }
     }
 
-    /// Apply one key change at fence position `pos` under fencing token `token`: every replica
-    /// through the replica script, then the version token through the version script (see
-    /// `binval_protocol::fence`). Re-applying a change is a no-op; an older change never
+    /// Apply one key change at fence position `pos` under fencing token `token`, following
+    /// "Writing one key" in `binval_protocol::fence`: skip when the version token is already
+    /// newer, else every replica through the replica script, then the version token. Re-applying a change is a no-op; an older change never
     /// overwrites a newer one.
     ///
     /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
@@ -140,22 +140,30 @@ impl RedisConn {
     pub async fn apply(&self, ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Result<Applied, Error> {
         let vkey = version_key(&ch.key);
         let args = replica_args(ch, pos, token, tombstone_ttl_ms);
-        let (replica_results, version_moved): (Vec<i64>, bool) = match self {
+        let (written, version_moved, lost) = match self {
             RedisConn::Standalone(c) => {
                 let mut c = c.clone();
-                let mut p = redis::pipe();
-                p.atomic();
-                // EVALSHA inside MULTI: the scripts were loaded at connect; after a server
-                // restart NOSCRIPT is a transient error and the reconnect loads them again.
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(scripts().key.get_hash()).arg(1 + ch.replicas).arg(&vkey);
                 for i in 0..ch.replicas {
-                    p.cmd("EVALSHA").arg(scripts().replica.get_hash()).arg(1).arg(replica_key(&ch.key, i)).arg(&args);
+                    cmd.arg(replica_key(&ch.key, i));
                 }
-                p.cmd("EVALSHA").arg(scripts().version.get_hash()).arg(1).arg(&vkey).arg(pos.0.to_string());
-                let mut out: Vec<i64> = p.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
-                let v = out.pop().unwrap_or(0);
-                (out, v == 1)
+                cmd.arg(&args);
+                let (w, m, l, skipped): (u32, i64, i64, i64) = cmd.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
+                if skipped == 1 {
+                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
+                }
+                (w, m == 1, l == 1)
             }
             RedisConn::Cluster(c) => {
+                // 1. A newer change fully applied? Then nothing to do (see binval_protocol::fence).
+                let mut vc = c.clone();
+                let ver: Option<Vec<u8>> = redis::cmd("GET").arg(&vkey).query_async(&mut vc).await.map_err(|e| classify(e, &vkey))?;
+                let ver = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey.clone(), message: m })?;
+                if ver > pos.0 {
+                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
+                }
+                // 2. Every replica, concurrently, each fenced on its own.
                 let writes = (0..ch.replicas).map(|i| {
                     let mut c = c.clone();
                     let rk = replica_key(&ch.key, i);
@@ -169,20 +177,25 @@ impl RedisConn {
                     }
                 });
                 let results = futures::future::try_join_all(writes).await?;
-                crate::failpoint::hit("redis.before_version");
-                let mut c = c.clone();
-                let v: i64 = scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
-                (results, v == 1)
+                if results.iter().any(|r| *r < 0) {
+                    (0, false, true)
+                } else {
+                    crate::failpoint::hit("redis.before_version");
+                    // 3. The token, only after every replica acknowledged.
+                    let mut c = c.clone();
+                    let v: i64 = scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
+                    (results.iter().filter(|r| **r == 1).count() as u32, v == 1, false)
+                }
             }
         };
-        if replica_results.iter().any(|r| *r < 0) {
+        if lost {
             return Err(TransientError::LeaseLost {
                 source_name: String::new(),
                 message: format!("a replica of key {} was written under a newer fencing token than {token}", ch.key),
             }
             .into());
         }
-        Ok(Applied { version: pos.0, replicas_written: replica_results.iter().filter(|r| **r == 1).count() as u32, version_moved })
+        Ok(Applied { version: pos.0, replicas_written: written, version_moved, skipped_newer: false })
     }
 
     async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>, w: &WriteCtx) -> Result<Vec<(usize, Applied)>, Error> {
@@ -244,6 +257,8 @@ pub struct Applied {
     pub replicas_written: u32,
     /// Whether the version token moved to `version`.
     pub version_moved: bool,
+    /// The key's version token was already newer than this change: nothing was written.
+    pub skipped_newer: bool,
 }
 
 /// Per-transaction write context.
@@ -292,13 +307,14 @@ pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
 struct Scripts {
     replica: redis::Script,
     version: redis::Script,
+    key: redis::Script,
 }
 
 fn scripts() -> &'static Scripts {
     static S: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
     S.get_or_init(|| {
         let (rc, vc) = (fence::replica_write_script(), fence::version_bump_script());
-        Scripts { replica: redis::Script::new(&rc), version: redis::Script::new(&vc) }
+        Scripts { replica: redis::Script::new(&rc), version: redis::Script::new(&vc), key: redis::Script::new(&fence::key_apply_script()) }
     })
 }
 

@@ -48,13 +48,13 @@ async fn fenced_writes(kind: RedisKind) {
     };
 
     let a = apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap();
-    assert_eq!(a, Applied { version: 10, replicas_written: 3, version_moved: true });
+    assert_eq!(a, Applied { version: 10, replicas_written: 3, version_moved: true, skipped_newer: false });
     let after_10 = block(|| state(&mut r));
     assert_eq!(after_10, (10, vec![(Some("v10".into()), Some(10), false); 3]));
 
     // An older change and a duplicate of the applied one change nothing.
-    assert_eq!(apply(ch(Some("v5"), Op::Update), w(5, 1)).await.unwrap(), Applied { version: 5, replicas_written: 0, version_moved: false });
-    assert_eq!(apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap(), Applied { version: 10, replicas_written: 0, version_moved: false });
+    assert_eq!(apply(ch(Some("v5"), Op::Update), w(5, 1)).await.unwrap(), Applied { version: 5, replicas_written: 0, version_moved: false, skipped_newer: true });
+    assert_eq!(apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap(), Applied { version: 10, replicas_written: 0, version_moved: false, skipped_newer: false });
     assert_eq!(block(|| state(&mut r)), after_10, "re-applying old changes leaves every replica and the token as new as before");
 
     // A delete leaves tombstones with a TTL; a late, older write cannot resurrect the row.
@@ -70,9 +70,14 @@ async fn fenced_writes(kind: RedisKind) {
     let ttl: i64 = block(|| r.cmd(redis::cmd("PTTL").arg(format!("{key}:r2"))));
     assert_eq!(ttl, -1, "a live record has no TTL (mapping ttl_secs = 0)");
 
-    // One replica lost (e.g. a master's data): re-applying restores it without moving the token.
+    // One replica lost (e.g. a master's data): re-applying an older change does not fill it
+    // with an older value (the token is newer: the key is skipped) ...
     let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(format!("{key}:r1"))));
-    assert_eq!(apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap(), Applied { version: 30, replicas_written: 1, version_moved: false });
+    assert!(apply(ch(Some("v20"), Op::Update), w(25, 1)).await.unwrap().skipped_newer);
+    assert_eq!(block(|| r.record(&key, 1)), (None, None, false));
+    // ... and re-applying the newest change restores it without moving the token.
+    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(format!("{key}:r1"))));
+    assert_eq!(apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap(), Applied { version: 30, replicas_written: 1, version_moved: false, skipped_newer: false });
     assert_eq!(block(|| state(&mut r)), (30, vec![(Some("v30".into()), Some(30), false); 3]));
 
     // A writer with an older fencing token than the one that wrote the key is refused.
@@ -278,7 +283,7 @@ fn kill_9_at_crash_points_loses_nothing_and_never_regresses() {
         match wait_exit(&mut child, Duration::from_secs(6)) {
             Some(s) => {
                 use std::os::unix::process::ExitStatusExt;
-                assert_eq!(s.signal(), Some(libc::SIGKILL), "binval exited by itself ({s}); see {}", log.display());
+                assert_eq!(s.signal(), Some(libc::SIGKILL), "binval exited by itself ({s}): {}", std::fs::read_to_string(&log).unwrap_or_default());
                 *fired.entry(point).or_default() += 1;
             }
             None => {
@@ -356,7 +361,7 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
     signal(&b, libc::SIGSTOP);
     let paused = Instant::now();
     while count_in(&log_c, "lease acquired") == 0 {
-        assert!(paused.elapsed() < Duration::from_secs(10), "third instance did not take over from the paused one");
+        assert!(paused.elapsed() < Duration::from_secs(10), "third instance did not take over from the paused one: {}", std::fs::read_to_string(&log_c).unwrap_or_default());
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(800));
