@@ -41,6 +41,94 @@ impl RedisCluster {
     }
 }
 
+/// A standalone Redis of the caller's own with an append-only file fsynced on every write, so
+/// [`stop`](Self::stop) + [`start`](Self::start) is a restart that keeps the data (as a
+/// production Redis with AOF would). Dropping kills it.
+pub struct OwnedRedis {
+    pub port: u16,
+    bin: PathBuf,
+    dir: PathBuf,
+    proc: Option<Proc>,
+}
+
+impl OwnedRedis {
+    /// Start a new one on a free port.
+    pub fn start_new() -> anyhow::Result<OwnedRedis> {
+        let bin = server_bin()?;
+        let dir = new_state_dir("owned-redis")?;
+        for _ in 0..3 {
+            let port = free_port()?;
+            match start_persistent(&bin, &dir, port) {
+                Ok(p) => return Ok(OwnedRedis { port, bin, dir, proc: Some(p) }),
+                Err(NodeError::PortClash(_)) => continue,
+                Err(NodeError::Other(e)) => return Err(e),
+            }
+        }
+        Err(anyhow!("owned redis-server did not start"))
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kill it (SIGKILL; the AOF is fsynced per write, nothing acknowledged is lost).
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Start it again on the same port and directory (no-op when running).
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        if self.proc.is_some() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match start_persistent(&self.bin, &self.dir, self.port) {
+                Ok(p) => {
+                    self.proc = Some(p);
+                    return Ok(());
+                }
+                Err(NodeError::PortClash(_)) if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+                Err(NodeError::PortClash(e)) | Err(NodeError::Other(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+fn start_persistent(bin: &Path, dir: &Path, port: u16) -> Result<Proc, NodeError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "yes"])
+        .args(["--appendfsync", "always"])
+        .args(["--daemonize", "no"])
+        .args(["--logfile", ""])
+        .arg("--dir")
+        .arg(dir)
+        .current_dir(dir);
+    let log = dir.join("redis.log");
+    let mut proc = Proc::spawn(cmd, &log).map_err(NodeError::Other)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(st) = proc.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let e = anyhow!("redis-server on port {port} exited during start-up ({st})\n{}", tail(&log, 20));
+            return Err(if text.contains("Address already in use") { NodeError::PortClash(e) } else { NodeError::Other(e) });
+        }
+        if matches!(redis_cmd(port, "PING").as_deref(), Ok("PONG")) {
+            return Ok(proc);
+        }
+        if Instant::now() > deadline {
+            return Err(NodeError::Other(anyhow!("redis-server did not answer PING on 127.0.0.1:{port}\n{}", tail(&log, 20))));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The shared standalone Redis of this test process, started on first use.
 pub fn redis() -> &'static Redis {
     static R: OnceLock<Result<Redis, String>> = OnceLock::new();
