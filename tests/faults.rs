@@ -1,4 +1,4 @@
-//! Faults survived (issue #4): a Redis restart, a MariaDB restart, a Kafka broker that is down
+//! Faults survived (issue #4): a Redis restart, a hung then restarted MariaDB, a Kafka broker that is down
 //! or answers with errors (librdkafka's mock cluster), and a real broker stopped and started.
 //! In each, binval stalls without acknowledging anything, retries with backoff, and resumes
 //! with nothing lost.
@@ -105,6 +105,21 @@ async fn mariadb_restart_reconnects_and_resumes_from_where_it_was() {
     let k1 = format!("{}:item:1", env.prefix);
     assert_eq!(block(|| r.wait_version(&k1, v1)), v1);
 
+    // A half-open connection: the server hangs (no events, no heartbeats). binval must notice
+    // after 3 heartbeat periods (3 x 500 ms here) and reconnect.
+    let reconnects = run.stats.source.reconnects.load(Relaxed);
+    db.freeze(true);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    db.freeze(false);
+    let until = Instant::now() + Duration::from_secs(10);
+    while run.stats.source.reconnects.load(Relaxed) == reconnects {
+        assert!(Instant::now() < until, "the silent connection was not detected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v = seq(root("UPDATE items SET v = 3 WHERE id = 1"));
+    assert_eq!(block(|| r.wait_version(&k1, v)), v, "change after the hang arrives");
+
+    // A restart.
     block(|| db.stop());
     tokio::time::sleep(Duration::from_secs(3)).await;
     block(|| db.start_again()).unwrap();

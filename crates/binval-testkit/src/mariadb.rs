@@ -125,6 +125,12 @@ impl MariaDb {
         self._proc.lock().unwrap().terminate(Duration::from_secs(30));
     }
 
+    /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) the server process: connections stay open but
+    /// nothing answers — a half-open connection as a hung host or a network black hole makes.
+    pub fn freeze(&self, frozen: bool) {
+        self._proc.lock().unwrap().signal(if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+    }
+
     /// Start it again after [`stop`](Self::stop), same port, datadir and options; waits until
     /// it accepts connections.
     pub fn start_again(&self) -> anyhow::Result<()> {
