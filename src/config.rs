@@ -493,6 +493,17 @@ pub fn redact(url: &str) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn shipped_configs_load_and_validate() {
+        for f in ["config/binval.example.toml", "config/demo.toml", "config/docker.toml"] {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+            let c = Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert_eq!(c.source.lease_ms, 5000, "{f}");
+        }
+        let c = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/binval.example.toml")).unwrap();
+        assert_eq!((c.source.fence, c.source.fence_epoch, c.redis.tombstone_ttl_ms), (FenceMode::Auto, 0, 86_400_000));
+    }
+
     const OK: &str = r#"
 [source]
 url = "mysql://binval:binval@127.0.0.1:3306"
