@@ -155,11 +155,16 @@ enum NodeError {
 }
 
 fn start_node(bin: &Path, dir: &Path, port: u16, cluster: bool) -> Result<Proc, NodeError> {
+    start_node_with(bin, dir, port, cluster, false)
+}
+
+fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent: bool) -> Result<Proc, NodeError> {
     let mut cmd = Command::new(bin);
     cmd.args(["--port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
-        .args(["--appendonly", "no"])
+        .args(if persistent { ["--appendonly", "yes"] } else { ["--appendonly", "no"] })
+        .args(["--appendfsync", "always"])
         .args(["--daemonize", "no"])
         .args(["--logfile", ""])
         .arg("--dir")
@@ -221,9 +226,84 @@ fn start_standalone() -> anyhow::Result<Redis> {
     Ok(Redis { port, _proc: Mutex::new(proc) })
 }
 
+/// A 3-master Redis Cluster of the caller's own, with append-only files fsynced per write, so a
+/// master can be stopped ([`stop_node`](Self::stop_node)) and started again
+/// ([`start_node`](Self::start_node)) with its data and cluster identity — a master outage.
+pub struct OwnedCluster {
+    pub ports: Vec<u16>,
+    bin: PathBuf,
+    dirs: Vec<PathBuf>,
+    procs: Vec<Option<Proc>>,
+}
+
+impl OwnedCluster {
+    /// Start 3 masters and form the cluster; returns when `cluster_state:ok`.
+    pub fn start_new() -> anyhow::Result<OwnedCluster> {
+        let bin = server_bin()?;
+        let mut ports = Vec::new();
+        let mut procs = Vec::new();
+        let mut dirs = Vec::new();
+        for i in 0..3 {
+            let mut taken = ports.clone();
+            taken.extend(ports.iter().map(|p| p + 10000));
+            let dir = new_state_dir(&format!("owned-cluster-{i}"))?;
+            let mut started = None;
+            for _ in 0..3 {
+                let port = free_cluster_port(&taken)?;
+                match start_node_with(&bin, &dir, port, true, true) {
+                    Ok(p) => {
+                        started = Some((port, p));
+                        break;
+                    }
+                    Err(NodeError::PortClash(_)) => {
+                        let _ = std::fs::remove_file(dir.join("nodes.conf"));
+                    }
+                    Err(NodeError::Other(e)) => return Err(e),
+                }
+            }
+            let (port, proc) = started.ok_or_else(|| anyhow!("owned cluster node {i} did not start"))?;
+            ports.push(port);
+            procs.push(Some(proc));
+            dirs.push(dir);
+        }
+        form_cluster(&ports)?;
+        Ok(OwnedCluster { ports, bin, dirs, procs })
+    }
+
+    /// `redis://127.0.0.1:PORT` for each node.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// Kill master `i` (SIGKILL).
+    pub fn stop_node(&mut self, i: usize) {
+        if let Some(mut p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    /// Start master `i` again (same port, data and node id); returns when every node reports
+    /// `cluster_state:ok` again.
+    pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.procs[i].is_none() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match start_node_with(&self.bin, &self.dirs[i], self.ports[i], true, true) {
+                    Ok(p) => {
+                        self.procs[i] = Some(p);
+                        break;
+                    }
+                    Err(NodeError::PortClash(_)) if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+                    Err(NodeError::PortClash(e)) | Err(NodeError::Other(e)) => return Err(e),
+                }
+            }
+        }
+        wait_cluster_ok(&self.ports)
+    }
+}
+
 fn start_cluster() -> anyhow::Result<RedisCluster> {
     let bin = server_bin()?;
-    let cli = cli_bin()?;
     let mut ports = Vec::new();
     let mut procs = Vec::new();
     for i in 0..3 {
@@ -233,9 +313,16 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
         ports.push(port);
         procs.push(proc);
     }
+    form_cluster(&ports)?;
+    Ok(RedisCluster { ports, _procs: Mutex::new(procs) })
+}
+
+/// `redis-cli --cluster create` over `ports` (no replicas), then wait for `cluster_state:ok`.
+fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
+    let cli = cli_bin()?;
     let mut cmd = Command::new(&cli);
     cmd.arg("--cluster").arg("create");
-    for p in &ports {
+    for p in ports {
         cmd.arg(format!("127.0.0.1:{p}"));
     }
     let out = cmd
@@ -250,10 +337,15 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    wait_cluster_ok(ports)
+}
+
+
+fn wait_cluster_ok(ports: &[u16]) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         let mut not_ready = Vec::new();
-        for &p in &ports {
+        for &p in ports {
             let info = redis_cmd(p, "CLUSTER INFO").unwrap_or_default();
             let ok = info.contains("cluster_state:ok")
                 && info.contains("cluster_slots_assigned:16384")
@@ -270,5 +362,5 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
         }
         thread::sleep(Duration::from_millis(50));
     }
-    Ok(RedisCluster { ports, _procs: Mutex::new(procs) })
+    Ok(())
 }
