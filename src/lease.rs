@@ -8,6 +8,10 @@
 //! still active. So each acquisition takes a new, larger **fencing token** (`INCR` of
 //! `binval:{<name>}:fence`) and every write carries it:
 //!
+//! Tokens are `max(previous token + 1, Redis server time in ms)`: they grow with every tenure,
+//! and still grow if the counter key itself is lost (a Redis data loss must not leave every
+//! new leader with a token smaller than the ones stored in the replicas, refused forever).
+//!
 //! * each replica record stores the token of its writer (`f`), and the replica script refuses a
 //!   write whose token is older than the stored one — once the new leader has written a key,
 //!   the old one can no longer touch it (it gets `-1` and stops with [`TransientError::LeaseLost`]);
@@ -45,9 +49,13 @@ if cur then
   end
   return {'0', holder or cur, redis.call('PTTL', KEYS[1])}
 end
-local tok = redis.call('INCR', KEYS[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prev = tonumber(redis.call('GET', KEYS[2]) or '0')
+local tok = string.format('%d', math.max(prev + 1, now))
+redis.call('SET', KEYS[2], tok)
 redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. tok, 'PX', ARGV[2])
-return {tostring(tok), ARGV[1], tonumber(ARGV[2])}
+return {tok, ARGV[1], tonumber(ARGV[2])}
 "#;
 
 const RENEW: &str = r#"
