@@ -43,7 +43,7 @@ async fn fenced_writes(kind: RedisKind) {
         async move { conn.apply_all(std::slice::from_ref(&c), &w).await.map(|v| v[0]) }
     };
     let mut r = env.redis_client();
-    let state = |r: &mut RedisClient| -> (u64, Vec<(Option<String>, Option<u64>, bool)>) {
+    let state = |r: &mut RedisClient| -> (u64, Vec<Record>) {
         (r.version(&key), (0..3).map(|i| r.record(&key, i)).collect())
     };
 

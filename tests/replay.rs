@@ -51,7 +51,7 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
     let v_del = env.exec_v("DELETE FROM items WHERE id = 3").await;
     let mut r = env.redis_client();
     assert_eq!(block(|| r.wait_version(&k(3), v_del)), v_del);
-    let snapshot = |r: &mut RedisClient| -> Vec<(u64, Vec<(Option<String>, Option<u64>, bool)>)> {
+    let snapshot = |r: &mut RedisClient| -> Vec<(u64, Vec<Record>)> {
         (1..=3).map(|id| (r.version(&k(id)), (0..3).map(|i| r.record(&k(id), i)).collect())).collect()
     };
     let before = block(|| snapshot(&mut r));

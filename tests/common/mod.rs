@@ -143,6 +143,9 @@ interval_ms = 200
     }
 }
 
+/// A replica record as read back: (payload, fence position, tombstone).
+pub type Record = (Option<String>, Option<u64>, bool);
+
 pub enum RedisClient {
     Standalone(redis::Connection),
     Cluster(Box<redis::cluster::ClusterConnection>),
@@ -164,7 +167,7 @@ impl RedisClient {
         self.record(key, i).0
     }
     /// Replica record `i` of `key`: (payload, fence position, tombstone).
-    pub fn record(&mut self, key: &str, i: u32) -> (Option<String>, Option<u64>, bool) {
+    pub fn record(&mut self, key: &str, i: u32) -> Record {
         let cmd = redis::cmd("HMGET").arg(format!("{key}:r{i}")).arg("d").arg("p").arg("t").clone();
         let (d, p, t): (Option<String>, Option<u64>, Option<String>) = match self {
             RedisClient::Standalone(c) => cmd.query(c).unwrap(),
