@@ -275,7 +275,7 @@ pub struct WriteCtx {
 /// Keep only the last change of each key within one transaction (all of a transaction's
 /// changes share its fence position, and only the state after the commit is ever visible to
 /// readers). The kept change has the last op, except that a key inserted and then updated in
-/// the same transaction stays an `insert`. Order of first appearance is kept.
+/// the same transaction stays an `insert`. Kept changes stay in the order of their last appearance.
 pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
     if changes.len() < 2 {
         return;
@@ -360,5 +360,37 @@ fn classify(e: RedisError, key: &str) -> Error {
         TransientError::Redis(format!("key {key}: {e}")).into()
     } else {
         DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
+        KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
+    }
+
+    #[test]
+    fn one_change_per_key_per_transaction_the_state_after_commit() {
+        let mut v = vec![
+            ch("a", Op::Insert, Some("1")),
+            ch("b", Op::Update, Some("x")),
+            ch("a", Op::Update, Some("2")),
+            ch("c", Op::Update, Some("y")),
+            ch("c", Op::Delete, None),
+            ch("a", Op::Update, Some("3")),
+        ];
+        collapse_per_key(&mut v);
+        let got: Vec<(&str, Op, Option<&str>)> = v.iter().map(|c| (c.key.as_str(), c.op, c.payload.as_deref())).collect();
+        assert_eq!(got, vec![("b", Op::Update, Some("x")), ("c", Op::Delete, None), ("a", Op::Insert, Some("3"))]);
+    }
+
+    #[test]
+    fn replica_arguments_per_kind() {
+        let p = FencePosition(42);
+        assert_eq!(replica_args(&ch("k", Op::Update, Some("{}")), p, 7, 1000), ["42", "7", "set", "{}", "0"]);
+        assert_eq!(replica_args(&ch("k", Op::Delete, None), p, 7, 1000), ["42", "7", "del", "", "1000"]);
+        assert_eq!(replica_args(&ch("k", Op::Update, None), p, 7, 1000), ["42", "7", "inv", "", "1000"]);
     }
 }
