@@ -87,6 +87,12 @@ impl Mapper {
         self.rules.contains_key(&format!("{schema}.{table}"))
     }
 
+    /// The key templates, replica count and replica TTL (s) of mapped table `table`
+    /// (`schema.table`), for table-wide invalidation.
+    pub fn templates_of(&self, table: &str) -> Option<(&[KeyTemplate], u32, u64)> {
+        self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
+    }
+
     /// Mapped table names.
     pub fn tables(&self) -> impl Iterator<Item = &str> {
         self.rules.keys().map(|s| s.as_str())

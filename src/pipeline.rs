@@ -307,6 +307,29 @@ async fn apply_loop(
             metrics::counter!(names::KEY_CHANGES).increment(changes.len() as u64);
             metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
         }
+        // TRUNCATE / DROP TABLE / partition operations on mapped tables: every key of the
+        // table is stale at this position.
+        for table in &txn.invalidate_tables {
+            let Some((templates, replicas, _)) = mapper.templates_of(table) else { continue };
+            let w = WriteCtx { position: base.fence.position(&txn.position)?, token: base.token, tombstone_ttl_ms: base.tombstone_ttl_ms };
+            let table_arc: Arc<str> = Arc::from(table.as_str());
+            for t in templates {
+                let n = redis.invalidate_template(t, replicas, &table_arc, &w).await?;
+                tracing::info!(table = %table, template = %t, keys = n, position = %txn.position, "table-wide DDL: every key of the template marked stale");
+                crate::failpoint::hit("kafka.before_enqueue");
+                let ev = InvalidationEvent {
+                    schema: EVENT_SCHEMA_VERSION,
+                    key: t.as_str().to_string(),
+                    version: w.position.0,
+                    op: binval_protocol::Op::Truncate,
+                    table: table.clone(),
+                    position: txn.position.clone(),
+                    commit_time_ms: txn.commit_time_ms,
+                    publish_time_ms: crate::now_ms(),
+                };
+                deliveries.push((t.as_str().to_string(), kafka.enqueue(&ev).await?));
+            }
+        }
         stats.transactions.fetch_add(1, Relaxed);
         metrics::counter!(names::TRANSACTIONS).increment(1);
         if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, deliveries }).await.is_err() {

@@ -24,7 +24,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use binval_protocol::fence::{self, FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
-use binval_protocol::{parse_version, replica_key, version_key, FencePosition, Op, ReplicaRecord};
+use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op, ReplicaRecord};
+use std::sync::Arc;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -235,6 +236,62 @@ impl RedisConn {
         Ok(applied)
     }
 
+    /// Mark every key of `template` stale at `w.position` (TRUNCATE / DROP TABLE of its table):
+    /// `SCAN` every master for the template's version tokens (`<glob>:ver`), then apply an
+    /// invalidate-kind change (replicas keep only the position: readers see no payload and
+    /// fall back to their loader) through the same fenced writes, so keys written after the
+    /// statement (newer positions) are left alone. Returns the number of keys found.
+    ///
+    /// Cost: one full `SCAN` of the keyspace per template (TRUNCATE is rare; the writes are
+    /// batched `KEY_CONCURRENCY` keys at a time).
+    pub async fn invalidate_template(&self, template: &KeyTemplate, replicas: u32, table: &Arc<str>, w: &WriteCtx) -> Result<u64, Error> {
+        let pattern = format!("{}:ver", template.glob());
+        let mut keys: Vec<String> = Vec::new();
+        match self {
+            RedisConn::Standalone(c) => scan_into(&mut c.clone(), &pattern, &mut keys).await?,
+            RedisConn::Cluster(_) => {
+                for mut node in self.cluster_masters().await? {
+                    scan_into(&mut node, &pattern, &mut keys).await?;
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        let n = keys.len() as u64;
+        for chunk in keys.chunks(4096) {
+            let changes: Vec<KeyChange> = chunk
+                .iter()
+                .map(|k| KeyChange { key: k.clone(), op: Op::Update, table: table.clone(), payload: None, replicas, ttl_secs: 0 })
+                .collect();
+            self.apply_all(&changes, w).await?;
+        }
+        Ok(n)
+    }
+
+    /// A plain connection to every Cluster master (SCAN runs per node).
+    async fn cluster_masters(&self) -> Result<Vec<redis::aio::MultiplexedConnection>, Error> {
+        let RedisConn::Cluster(c) = self else { return Ok(Vec::new()) };
+        let mut c = c.clone();
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await.map_err(transient)?;
+        let mut urls = Vec::new();
+        if let redis::Value::Array(ranges) = slots {
+            for r in ranges {
+                let redis::Value::Array(items) = r else { continue };
+                let Some(redis::Value::Array(master)) = items.get(2) else { continue };
+                let (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) = (master.first(), master.get(1)) else { continue };
+                urls.push(format!("redis://{}:{port}", String::from_utf8_lossy(host)));
+            }
+        }
+        urls.sort();
+        urls.dedup();
+        let mut out = Vec::new();
+        for u in urls {
+            let client = redis::Client::open(u.as_str()).map_err(transient)?;
+            out.push(client.get_multiplexed_async_connection().await.map_err(transient)?);
+        }
+        Ok(out)
+    }
+
     /// Read one replica record and the version token of `key` (for replay dry-runs, verify and
     /// tests): `(version, fence position of replica r, record)`.
     pub async fn read_replica(&self, key: &str, r: u32) -> Result<(u64, Option<u64>, ReplicaRecord), Error> {
@@ -245,6 +302,27 @@ impl RedisConn {
             c.query(redis::cmd("HMGET").arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE)).await.map_err(|e| classify(e, &rk))?;
         let version = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: version_key(key), message: m })?;
         Ok((version, p.and_then(|p| p.parse().ok()), ReplicaRecord::from_fields(d, t)))
+    }
+}
+
+/// `SCAN MATCH pattern` over one node, appending logical keys (the `:ver` suffix removed).
+async fn scan_into<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, keys: &mut Vec<String>) -> Result<(), Error> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(|e| classify(e, pattern))?;
+        keys.extend(batch.into_iter().filter_map(|k| k.strip_suffix(":ver").map(String::from)));
+        cursor = next;
+        if cursor == 0 {
+            return Ok(());
+        }
     }
 }
 

@@ -347,6 +347,7 @@ async fn read_once(
                         position: SourcePosition { file: file.clone(), pos: r.position(), gtid: None },
                         commit_time_ms: header.timestamp() as u64 * 1000,
                         rows: Vec::new(),
+                        invalidate_tables: Vec::new(),
                     })
                 } else {
                     None
@@ -407,10 +408,14 @@ async fn read_once(
                 } else if t.eq_ignore_ascii_case("ROLLBACK") {
                     asm.boundary(Boundary::Rollback)
                 } else {
+                    let mut invalidate_tables = Vec::new();
                     if let Some(ddl) = crate::ddl::classify(t, &q.schema()) {
                         for table in &ddl.tables {
                             let (s, tb) = table.split_once('.').unwrap_or(("", table));
-                            if mapper.is_mapped(s, tb) {
+                            if !mapper.is_mapped(s, tb) {
+                                continue;
+                            }
+                            if !ddl.invalidates() {
                                 return Err(DefiniteError::UnsupportedDdl {
                                     kind: ddl.kind,
                                     table: table.clone(),
@@ -419,9 +424,10 @@ async fn read_once(
                                 }
                                 .into());
                             }
+                            invalidate_tables.push(table.clone());
                         }
                     }
-                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: header.timestamp(), invalidate_tables })
                 }
             }
             _ => None,

@@ -237,27 +237,55 @@ async fn restart_between_changes_misses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncate_of_a_mapped_table_stops_loudly_unmapped_ddl_does_not() {
-    let env = Env::new("ddl", RedisKind::Standalone);
+async fn truncate_and_drop_of_a_mapped_table_invalidate_every_key_rename_stops_loudly() {
+    let env = Env::new("ddl", RedisKind::Cluster);
     env.exec(ITEMS).await;
     env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
     let start = env.binlog_now().await;
-    let run = start_pipeline(&env, &start, &items_mapping(1));
+    let run = start_pipeline(&env, &start, &items_mapping(2));
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
     env.exec("INSERT INTO items (id) VALUES (1)").await;
     env.exec("ALTER TABLE items ADD COLUMN extra INT DEFAULT 7").await; // column change: fine
     env.exec("TRUNCATE other").await; // unmapped: fine
     env.exec("DROP TABLE other").await;
     let v = env.exec_v("INSERT INTO items (id) VALUES (2)").await;
     let mut r = env.redis_client();
-    let k2 = format!("{}:item:2", env.prefix);
-    assert_eq!(block(|| r.wait_version(&k2, v)), v);
-    let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k2, 0)).unwrap()).unwrap();
-    assert_eq!(v["extra"], json!(7), "the new column follows from the TABLE_MAP");
-    env.exec("TRUNCATE TABLE items").await;
+    assert_eq!(block(|| r.wait_version(&k(2), v)), v);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(2), 0)).unwrap()).unwrap();
+    assert_eq!(row["extra"], json!(7), "the new column follows from the TABLE_MAP");
+
+    // TRUNCATE: every key of the table is marked stale at the statement's position (no payload
+    // left to serve), one `truncate` event per key template; later inserts apply normally.
+    let vt = env.exec_v("TRUNCATE TABLE items").await;
+    for id in [1, 2] {
+        assert_eq!(block(|| r.wait_version(&k(id), vt)), vt, "item {id}: token moved to the TRUNCATE");
+        for i in 0..2 {
+            assert_eq!(block(|| r.record(&k(id), i)), (None, Some(vt), false), "item {id} r{i}: stale marker");
+        }
+    }
+    let v3 = env.exec_v("INSERT INTO items (id, title) VALUES (1, 'after truncate')").await;
+    assert_eq!(block(|| r.wait_version(&k(1), v3)), v3);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 1)).unwrap()).unwrap();
+    assert_eq!(row["title"], json!("after truncate"));
+    let events = block(|| read_events(&env.topic, 4));
+    let trunc: Vec<_> = events.iter().filter(|e| e.op == Op::Truncate).collect();
+    assert_eq!(trunc.len(), 1, "{events:?}");
+    assert_eq!(trunc[0].key, format!("{}:item:{{id}}", env.prefix), "a truncate event names the key template");
+    assert_eq!(trunc[0].version, vt);
+    assert_eq!(trunc[0].table, format!("{}.items", env.db));
+
+    // DROP TABLE: the same.
+    let vd = env.exec_v("DROP TABLE items").await;
+    assert_eq!(block(|| r.wait_version(&k(1), vd)), vd);
+    assert_eq!(block(|| r.record(&k(1), 0)), (None, Some(vd), false));
+
+    // RENAME of a mapped table: the mapping would have to follow; binval stops and says so.
+    env.exec(ITEMS).await;
+    env.exec("RENAME TABLE items TO goods").await;
     let e = run.expect_error(20).await;
     assert!(!e.is_transient());
     let m = e.to_string();
-    assert!(m.contains("TRUNCATE") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
+    assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
