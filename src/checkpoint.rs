@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
+use crate::mapping::TableNames;
 use crate::redis_sink::RedisConn;
 
 /// What is saved.
@@ -34,6 +35,13 @@ pub struct Checkpoint {
     pub gtid: Option<String>,
     /// When it was saved, Unix ms.
     pub saved_at_ms: u64,
+    /// Mapped tables renamed before this position (see [`crate::mapping::TableNames`]).
+    #[serde(default, skip_serializing_if = "is_empty_names")]
+    pub renamed: TableNames,
+}
+
+fn is_empty_names(n: &TableNames) -> bool {
+    n.0.is_empty()
 }
 
 /// Tracks the GTID state (last GTID per MariaDB domain) of acknowledged transactions.
@@ -194,8 +202,8 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 }
 
 /// Build a checkpoint for an acknowledged position.
-pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState) -> Checkpoint {
-    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms() }
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, names: &TableNames) -> Checkpoint {
+    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms(), renamed: names.clone() }
 }
 
 #[cfg(test)]
@@ -216,7 +224,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("binval-cp-{}", std::process::id()));
         let mut s = CheckpointStoreImpl::File { path: dir.join("cp.json") };
         assert_eq!(s.load().await.unwrap(), None);
-        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1 };
+        let mut renamed = TableNames::default();
+        renamed.0.insert("shop.goods".into(), Some("shop.items".into()));
+        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1, renamed };
         s.save(&cp).await.unwrap();
         assert_eq!(s.load().await.unwrap(), Some(cp));
         std::fs::write(dir.join("cp.json"), "nonsense").unwrap();

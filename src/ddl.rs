@@ -6,9 +6,10 @@
 //!   invalidate every cached key of the table ([`TableDdl::invalidates`]): binval marks every
 //!   replica of the table's keys stale at the statement's position and publishes one `truncate`
 //!   event per key template (see `redis_sink::RedisConn::invalidate_template`).
-//! * RENAME TABLE and ALTER TABLE ... RENAME of a mapped table stop the source with a definite
-//!   error naming the table, the position and the statement: following the new name needs a
-//!   mapping change the operator must make.
+//! * RENAME TABLE and ALTER TABLE ... RENAME of a mapped table are followed: the table's rule
+//!   applies to the new name from then on (`mapping::TableNames`, saved in the checkpoint).
+//!   Renaming onto the name of another mapped table stops the source with a definite error
+//!   naming the table, the position and the statement.
 
 /// A statement that affects whole tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub struct TableDdl {
 
 impl TableDdl {
     /// Whether binval acts on it by invalidating every key of the named mapped tables (all but
-    /// the renames, which stop the source).
+    /// the renames, which are followed instead).
     pub fn invalidates(&self) -> bool {
         !self.kind.contains("RENAME")
     }

@@ -36,7 +36,7 @@ use crate::error::{DefiniteError, Error, TransientError};
 use crate::kafka_sink::KafkaSink;
 use crate::fence::FenceRule;
 use crate::lease::Lease;
-use crate::mapping::{KeyChange, Mapper};
+use crate::mapping::{KeyChange, Mapper, TableNames};
 use crate::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 use crate::source::{self, Resume, SourceStats};
 use crate::telemetry::names;
@@ -150,6 +150,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
     let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
+    let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let mut gtids = GtidState::default();
     if let Some(g) = saved.as_ref().and_then(|c| c.gtid.as_deref()) {
         for one in g.split(',') {
@@ -171,7 +172,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
             }
             // Pin the start now: a crash before the first transaction must not move a
             // `current` start forward and skip changes.
-            store.save(&checkpoint_at(p, &gtids)).await?;
+            store.save(&checkpoint_at(p, &gtids, &names)).await?;
             tracing::info!(file = %p.file, pos = p.pos, store = %store.location(), "no checkpoint; starting at configured position");
         }
         (None, Resume::Gtid(g)) => tracing::info!(gtid = %g, "no checkpoint; starting at configured GTID position"),
@@ -199,7 +200,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
         r
     };
     let source_task = {
-        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
+        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), names.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let apply_task = {
@@ -209,7 +210,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
     let interval = Duration::from_millis(cfg.checkpoint.interval_ms);
     let store = Arc::new(Mutex::new(store));
     let cp_task = {
-        let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
+        let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, names, interval, stats.clone()));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let lease_task = {
@@ -254,6 +255,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
 struct Pending {
     position: SourcePosition,
     commit_time_ms: u64,
+    table_names: Option<Arc<TableNames>>,
     deliveries: Vec<(String, DeliveryFuture)>,
 }
 
@@ -332,7 +334,7 @@ async fn apply_loop(
         }
         stats.transactions.fetch_add(1, Relaxed);
         metrics::counter!(names::TRANSACTIONS).increment(1);
-        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, deliveries }).await.is_err() {
+        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries }).await.is_err() {
             break;
         }
     }
@@ -343,6 +345,7 @@ async fn checkpoint_loop(
     store: Arc<Mutex<CheckpointStoreImpl>>,
     mut rx: mpsc::Receiver<Pending>,
     mut gtids: GtidState,
+    mut names: TableNames,
     interval: Duration,
     stats: Arc<Stats>,
 ) -> Result<(), Error> {
@@ -356,7 +359,7 @@ async fn checkpoint_loop(
             match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
                 Ok(n) => n,
                 Err(_) => {
-                    if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &stats).await {
+                    if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &names, &stats).await {
                         failure = Some(e);
                         break 'outer;
                     }
@@ -389,6 +392,9 @@ async fn checkpoint_loop(
         if let Some(g) = &p.position.gtid {
             gtids.record(g);
         }
+        if let Some(n) = &p.table_names {
+            names = (**n).clone();
+        }
         if p.commit_time_ms > 0 {
             metrics::gauge!(names::ACKED_COMMIT_TS).set(p.commit_time_ms as f64 / 1000.0);
             if had_events {
@@ -399,7 +405,7 @@ async fn checkpoint_loop(
         acked = Some(p.position);
         dirty = true;
         if last_save.elapsed() >= interval {
-            if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &stats).await {
+            if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &names, &stats).await {
                 failure = Some(e);
                 break 'outer;
             }
@@ -408,7 +414,7 @@ async fn checkpoint_loop(
         }
     }
     if let (true, Some(a), None) = (dirty, acked.as_ref(), &failure) {
-        if let Err(e) = save(&store, a, &gtids, &stats).await {
+        if let Err(e) = save(&store, a, &gtids, &names, &stats).await {
             failure = Some(e);
         }
     }
@@ -420,8 +426,8 @@ async fn checkpoint_loop(
 
 /// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
 /// and the next save retries).
-async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, stats: &Stats) -> Result<(), Error> {
-    let cp = checkpoint_at(pos, gtids);
+async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, names: &TableNames, stats: &Stats) -> Result<(), Error> {
+    let cp = checkpoint_at(pos, gtids, names);
     crate::failpoint::hit("checkpoint.before_save");
     match store.lock().await.save(&cp).await {
         Ok(()) => {

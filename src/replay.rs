@@ -24,6 +24,10 @@
 //!   date-time `YYYY-MM-DD HH:MM:SS` (the first transaction committed at or after it; binval
 //!   starts at the start of the newest binlog file created before it).
 //! * `--to` (inclusive; default: the primary's position when replay starts): the same forms.
+//!
+//! Replay maps tables by their configured names from `--from` on (RENAMEs inside the range are
+//! followed; a mapped table renamed *before* `--from` is not known under its new name: put the
+//! new name in the mapping for such a replay).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -210,7 +214,7 @@ pub async fn run(
     let (txn_tx, mut txn_rx) = mpsc::channel::<Transaction>(64);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(SourceStats::default());
-    let source_task = tokio::spawn(source::run(src_cfg.clone(), mapper.clone(), resume, txn_tx, stop_rx, stats.clone()));
+    let source_task = tokio::spawn(source::run(src_cfg.clone(), mapper.clone(), crate::mapping::TableNames::default(), resume, txn_tx, stop_rx, stats.clone()));
     let mut sd = shutdown.clone();
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {

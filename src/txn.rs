@@ -25,6 +25,9 @@ pub struct Transaction {
     /// row events (TRUNCATE, DROP TABLE, partition TRUNCATE/DROP/EXCHANGE): every cached key
     /// of them must be invalidated. Empty for ordinary transactions.
     pub invalidate_tables: Vec<String>,
+    /// After a RENAME of a mapped table: the renamed-table state as of this transaction, for
+    /// the checkpoint. `None` when unchanged.
+    pub table_names: Option<std::sync::Arc<crate::mapping::TableNames>>,
 }
 
 /// What the assembler was told about an event.
@@ -129,7 +132,7 @@ impl Assembler {
         self.events = 0;
         self.open = false;
         self.standalone = false;
-        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows, invalidate_tables: Vec::new() }
+        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows, invalidate_tables: Vec::new(), table_names: None }
     }
 }
 

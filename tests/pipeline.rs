@@ -237,7 +237,7 @@ async fn restart_between_changes_misses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncate_and_drop_of_a_mapped_table_invalidate_every_key_rename_stops_loudly() {
+async fn truncate_and_drop_of_a_mapped_table_invalidate_every_key() {
     let env = Env::new("ddl", RedisKind::Cluster);
     env.exec(ITEMS).await;
     env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
@@ -279,13 +279,45 @@ async fn truncate_and_drop_of_a_mapped_table_invalidate_every_key_rename_stops_l
     assert_eq!(block(|| r.wait_version(&k(1), vd)), vd);
     assert_eq!(block(|| r.record(&k(1), 0)), (None, Some(vd), false));
 
-    // RENAME of a mapped table: the mapping would have to follow; binval stops and says so.
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rename_of_a_mapped_table_is_followed_across_restarts() {
+    let env = Env::new("rename", RedisKind::Standalone);
     env.exec(ITEMS).await;
+    env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(20))").await;
+    let start = env.binlog_now().await;
+    let mapping = format!("{}\n[[mappings]]\ntable = \"{{db}}.tags\"\nkeys = [\"{{p}}:tag:{{id}}\"]\n", items_mapping(1));
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let mut r = env.redis_client();
+    let run = start_pipeline(&env, &start, &mapping);
+    env.exec("INSERT INTO items (id, title) VALUES (1, 'one')").await;
     env.exec("RENAME TABLE items TO goods").await;
+    let v = env.exec_v("INSERT INTO goods (id, title) VALUES (2, 'two')").await;
+    assert_eq!(block(|| r.wait_version(&k(2), v)), v, "rows of the renamed table still map to the items keys");
+    run.stop().await;
+    let cp: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert_eq!(cp["renamed"][format!("{}.goods", env.db)], json!(format!("{}.items", env.db)), "{cp}");
+
+    // After a restart (from the checkpoint) the new name is still followed; a new table under
+    // the old name is not mapped any more.
+    let run = start_pipeline(&env, &start, &mapping);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100))").await;
+    env.exec("INSERT INTO items (id, title) VALUES (7, 'new table, old name')").await;
+    let v = env.exec_v("UPDATE goods SET title = 'uno' WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&k(1), v)), v);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
+    assert_eq!(row["title"], json!("uno"));
+    assert_eq!(block(|| r.version(&k(7))), 0, "the new `items` table is not the mapped one");
+
+    // Renaming onto another mapped table's name would mix two tables' keys: binval stops.
+    env.exec("DROP TABLE tags").await;
+    env.exec("RENAME TABLE goods TO tags").await;
     let e = run.expect_error(20).await;
     assert!(!e.is_transient());
     let m = e.to_string();
-    assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
+    assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.tags", env.db)) && m.contains("mysql-bin."), "{m}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
