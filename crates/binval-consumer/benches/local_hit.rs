@@ -47,7 +47,12 @@ fn setup() -> (tokio::runtime::Runtime, Consumer, String) {
         let client = redis::Client::open(redis_url.as_str()).expect("redis url");
         let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
         let mut p = redis::pipe();
-        p.set(binval_protocol::replica_key(&key, 0), r#"{"id":6666,"name":"lamp","price_cents":1999}"#).ignore();
+        // binval's fenced record format: a hash with the payload `d` and position `p`.
+        p.hset_multiple(
+            binval_protocol::replica_key(&key, 0),
+            &[("d", r#"{"id":6666,"name":"lamp","price_cents":1999}"#), ("p", "1")],
+        )
+        .ignore();
         p.set(binval_protocol::version_key(&key), 1).ignore();
         p.query_async::<()>(&mut conn).await.expect("write key");
         let c = Consumer::builder()

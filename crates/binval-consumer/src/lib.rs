@@ -109,7 +109,9 @@
 
 mod builder;
 mod error;
+mod hot;
 mod listener;
+mod loader;
 mod redis_conn;
 mod state;
 mod stats;
@@ -119,7 +121,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqC
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use binval_protocol::{replica_key, version_key, Version};
+use binval_protocol::{parse_version, replica_key, version_key, ReplicaRecord, Version};
 use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use rand::seq::SliceRandom;
 use serde::de::DeserializeOwned;
@@ -128,12 +130,31 @@ use tracing::warn;
 
 pub use builder::ConsumerBuilder;
 pub use error::ConsumerError;
+pub use hot::HotKey;
+pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
-pub use state::EvictionNotice;
+pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
 pub use stats::Stats;
 
+use loader::LoaderFn;
 use redis_conn::RedisConn;
 use state::Shared;
+
+/// Which keys the local cache holds ([`ConsumerBuilder::cache_mode`]). Keys it does not hold
+/// are still read through single-flight, the miss rate limits and Redis, on every `get`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Every key read (the default).
+    #[default]
+    All,
+    /// Only keys that start with one of these prefixes, e.g. `["item:detail:"]`.
+    Prefixes(Vec<String>),
+    /// Only keys this instance detected hot: read at or above
+    /// [`ConsumerBuilder::hot_key_threshold`] reads per second (see "Hot keys" in the crate
+    /// docs). A key is judged when it misses; once cached it stays until an event, its TTL or
+    /// the bounds remove it, and is judged again at its next miss.
+    HotOnly,
+}
 
 /// The handle an app instance keeps: a local cache in front of binval's Redis replicas, kept
 /// in step by a background invalidation listener. Cheap to clone (all clones share one cache
@@ -149,6 +170,10 @@ struct Inner {
     default_replicas: u32,
     /// Sorted longest prefix first.
     prefix_replicas: Vec<(String, u32)>,
+    mode: CacheMode,
+    loader: Option<LoaderFn>,
+    loader_timeout: Duration,
+    cache_loaded: bool,
     response_timeout: Duration,
     shutdown_timeout: Duration,
     stop: Arc<AtomicBool>,
@@ -163,9 +188,17 @@ struct Inner {
 }
 
 /// What one fill hands to every caller awaiting it: the value (and `true` if it is a stale
-/// copy served because the rate limit refused the fill), `None` if no replica holds the key.
+/// copy served because the rate limit refused the fill), `None` if the key has no row.
 type FillOutcome = Result<Option<(Arc<str>, bool)>, ConsumerError>;
 type InflightFill = SharedFuture<BoxFuture<'static, FillOutcome>>;
+
+/// A value a fill found, with the version token read before it.
+struct Found {
+    value: Arc<str>,
+    version: Version,
+    /// `true` when the app-supplied loader produced it (every replica was missing).
+    loaded: bool,
+}
 
 /// Removes a key's single-flight entry when its fill task ends (normally or by panic).
 struct InflightGuard {
@@ -196,6 +229,7 @@ impl std::fmt::Debug for Consumer {
             .field("topic", &self.inner.topic)
             .field("group_id", &self.inner.group_id)
             .field("serving_local", &self.is_serving_local())
+            .field("cache_mode", &self.inner.mode)
             .field("stats", &self.stats())
             .finish()
     }
@@ -208,12 +242,16 @@ impl Consumer {
     }
 
     /// The payload of logical key `key` (e.g. `item:detail:6666`), as the JSON text stored in
-    /// its replicas, or `None` if no replica holds it (deleted, or never written; not cached).
+    /// its replicas, or `None` if the row does not exist (a tombstone, or no replica and no
+    /// loader value; `None` is not cached).
     ///
-    /// A local cache hit returns at once. A miss reads `K:ver` (absent = version 0), then one
-    /// random replica `K:r{i}`, trying the other replicas once each if that one is missing, and
-    /// caches (value, version) unless the fill-race guard or the fail-safe forbids it. Each
-    /// Redis read is bounded by the response timeout (default 200 ms) and never retried.
+    /// A local cache hit returns at once. A miss reads `K:ver` (absent = version 0), then
+    /// `HMGET K:r{i} d t` of one random replica: a value is the answer; a tombstone means the
+    /// row was deleted (`None`, no other replica or loader is asked); a missing replica sends
+    /// the fill to another replica (each at most once), then to the loader if one is set
+    /// ([`ConsumerBuilder::loader`]). The value is cached with the version unless the cache
+    /// mode, the fill-race guard or the fail-safe forbids it. Each Redis read is bounded by
+    /// the response timeout (default 200 ms) and never retried.
     ///
     /// Concurrent misses of the same key in this instance share one fill (single-flight): one
     /// Redis round trip, and every caller gets its outcome (value, `None` or error). The fill
@@ -221,78 +259,144 @@ impl Consumer {
     /// If a miss rate limit is set and refuses the fill, `get` returns the key's stale copy if
     /// one is held, else [`ConsumerError::Overloaded`].
     ///
-    /// Must be called within a tokio runtime (a local hit does not touch it).
+    /// Must be called within a tokio runtime (a local hit does not touch it, except to start a
+    /// refresh-ahead, which is skipped outside a runtime).
     pub async fn get(&self, key: &str) -> Result<Option<String>, ConsumerError> {
         Ok(self.get_shared(key).await?.map(|v| v.to_string()))
     }
 
     /// Like [`Consumer::get`], without copying the payload out of the local cache.
     pub async fn get_shared(&self, key: &str) -> Result<Option<Arc<str>>, ConsumerError> {
-        let shared = &self.inner.shared;
-        let serving = shared.is_serving_local();
-        if serving {
+        let inner = &*self.inner;
+        let shared = &inner.shared;
+        if let Some(hot) = &shared.hot {
+            hot.record(key);
+        }
+        if !shared.is_serving_local() {
+            shared.counters.bypass_read();
+            return self.fill_single_flight(key, false).await;
+        }
+        let lookup = match &inner.mode {
+            CacheMode::Prefixes(prefixes) => prefixes.iter().any(|p| key.starts_with(p.as_str())),
+            CacheMode::All | CacheMode::HotOnly => true,
+        };
+        if lookup {
             if let Some(e) = shared.local.get(key) {
                 shared.counters.hit();
-                return Ok(Some(e.value));
-            }
-            shared.counters.miss();
-        } else {
-            shared.counters.bypass_read();
-        }
-        self.fill_single_flight(key, serving).await
-    }
-
-    /// Join the fill of `key` in flight, or start one (as a task) and register it.
-    async fn fill_single_flight(&self, key: &str, serving: bool) -> Result<Option<Arc<str>>, ConsumerError> {
-        let inner = &*self.inner;
-        let fill = {
-            let mut map = inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, f)) = map.get(key) {
-                inner.shared.counters.coalesced();
-                f.clone()
-            } else {
-                let id = inner.next_fill_id.fetch_add(1, Relaxed);
-                let guard = InflightGuard { consumer: self.clone(), key: key.to_string(), id };
-                // Spawned at the first poll (right after the lock is released, by this caller),
-                // never under the lock: the guard's drop takes the lock.
-                let fill: InflightFill = async move {
-                    let task = tokio::spawn(async move {
-                        let out = guard.consumer.fill(&guard.key, serving).await;
-                        drop(guard);
-                        out
-                    });
-                    match task.await {
-                        Ok(out) => out,
-                        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                        Err(e) => Err(ConsumerError::Config {
-                            field: "runtime",
-                            reason: format!("fill task cancelled (tokio runtime shutting down?): {e}"),
-                        }),
+                if let Some(mark) = &e.refresh {
+                    if mark.claim() {
+                        self.start_refresh(key);
                     }
                 }
-                .boxed()
-                .shared();
-                map.insert(key.to_string(), (id, fill.clone()));
-                fill
+                return Ok(Some(e.value));
             }
+        }
+        let cache = match &inner.mode {
+            CacheMode::All => true,
+            CacheMode::Prefixes(_) => lookup,
+            CacheMode::HotOnly => shared.hot.as_ref().is_some_and(|h| h.is_hot(key)),
         };
+        if cache {
+            shared.counters.miss();
+        } else {
+            shared.counters.uncached_read();
+        }
+        self.fill_single_flight(key, cache).await
+    }
+
+    /// The fill of `key` in flight, or a new one (spawned as a task at its first poll) that is
+    /// registered for others to join. The flag is `true` when an existing fill was joined.
+    fn flight(&self, key: &str, cache: bool) -> (InflightFill, bool) {
+        let inner = &*self.inner;
+        let mut map = inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, f)) = map.get(key) {
+            return (f.clone(), true);
+        }
+        let id = inner.next_fill_id.fetch_add(1, Relaxed);
+        let guard = InflightGuard { consumer: self.clone(), key: key.to_string(), id };
+        // Spawned at the first poll (after the lock is released), never under the lock: the
+        // guard's drop takes the lock.
+        let fill: InflightFill = async move {
+            let task = tokio::spawn(async move {
+                let out = guard.consumer.fill(&guard.key, cache).await;
+                drop(guard);
+                out
+            });
+            match task.await {
+                Ok(out) => out,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(ConsumerError::Config {
+                    field: "runtime",
+                    reason: format!("fill task cancelled (tokio runtime shutting down?): {e}"),
+                }),
+            }
+        }
+        .boxed()
+        .shared();
+        map.insert(key.to_string(), (id, fill.clone()));
+        (fill, false)
+    }
+
+    /// Join the fill of `key` in flight, or start one, and await its outcome.
+    async fn fill_single_flight(&self, key: &str, cache: bool) -> Result<Option<Arc<str>>, ConsumerError> {
+        let (fill, joined) = self.flight(key, cache);
+        if joined {
+            self.inner.shared.counters.coalesced();
+        }
         match fill.await? {
             None => Ok(None),
             Some((value, stale)) => {
                 if stale {
-                    inner.shared.counters.stale_served();
+                    self.inner.shared.counters.stale_served();
                 }
                 Ok(Some(value))
             }
         }
     }
 
+    /// Refresh-ahead: start a background fill of `key` (or join the one in flight) without
+    /// waiting for it. Skipped outside a tokio runtime.
+    fn start_refresh(&self, key: &str) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        self.inner.shared.counters.refresh();
+        let (fill, _) = self.flight(key, true);
+        rt.spawn(async move {
+            let _ = fill.await;
+        });
+    }
+
     /// [`Consumer::get`], then deserialize the payload with serde_json. A payload that does not
-    /// fit `T` is [`ConsumerError::Decode`] naming the key. (The text is cached, not the `T`.)
+    /// fit `T` is [`ConsumerError::Decode`] naming the key. (The text is cached, not the `T`:
+    /// every call deserializes; see [`Consumer::get_with`] to cache nothing extra but choose
+    /// the decoding.)
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Item { id: u64, name: String, price_cents: i64 }
+    /// let item: Option<Item> = consumer.get_json("item:detail:6666").await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConsumerError> {
+        self.get_with(key, |text| serde_json::from_str(text)).await
+    }
+
+    /// [`Consumer::get`], then decode the payload text with `decode` (any format, any error
+    /// type). An error is [`ConsumerError::Decode`] naming the key, with the error's text.
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// let len: Option<usize> = consumer.get_with("item:detail:6666", |t| Ok::<_, std::convert::Infallible>(t.len())).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_with<T, E: std::fmt::Display>(
+        &self,
+        key: &str,
+        decode: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, ConsumerError> {
         match self.get_shared(key).await? {
             None => Ok(None),
-            Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| ConsumerError::Decode {
+            Some(text) => decode(&text).map(Some).map_err(|e| ConsumerError::Decode {
                 key: key.to_string(),
                 what: "payload",
                 reason: e.to_string(),
@@ -300,8 +404,9 @@ impl Consumer {
         }
     }
 
-    /// The read-through on a miss: rate limit, version token, then a replica; cache if allowed.
-    async fn fill(&self, key: &str, serving: bool) -> FillOutcome {
+    /// The read-through on a miss: rate limit, version token, then a replica (then the
+    /// loader); cache if `cache` and the guards allow it.
+    async fn fill(&self, key: &str, cache: bool) -> FillOutcome {
         let inner = &*self.inner;
         let shared = &inner.shared;
         if !shared.limiter.admit(key) {
@@ -312,46 +417,70 @@ impl Consumer {
             };
         }
         let epoch = shared.epoch();
-        let Some((value, version)) = self.read_redis(key).await? else {
+        let Some(found) = self.read_through(key).await? else {
             return Ok(None);
         };
-        shared.counters.fill();
-        if serving {
-            shared.try_cache(key, &value, version, epoch);
+        if !found.loaded {
+            shared.counters.fill();
         }
-        Ok(Some((value, false)))
+        if cache && (!found.loaded || inner.cache_loaded) {
+            shared.try_cache(key, &found.value, found.version, epoch);
+        }
+        Ok(Some((found.value, false)))
     }
 
-    /// GET `K:ver`, then replicas in random order until one exists.
-    async fn read_redis(&self, key: &str) -> Result<Option<(Arc<str>, Version)>, ConsumerError> {
+    /// GET `K:ver`, then replicas in random order until one answers with a value or a
+    /// tombstone; all missing: the loader, if any.
+    async fn read_through(&self, key: &str) -> Result<Option<Found>, ConsumerError> {
         let inner = &*self.inner;
         let vkey = version_key(key);
-        let version = match inner.redis.get(&vkey, inner.response_timeout).await? {
-            None => 0,
-            Some(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.trim().parse::<Version>().ok())
-                .ok_or_else(|| ConsumerError::Decode {
-                    key: vkey.clone(),
-                    what: "version token",
-                    reason: format!("not an unsigned integer: {:?}", String::from_utf8_lossy(&bytes)),
-                })?,
-        };
+        let raw = inner.redis.get(&vkey, inner.response_timeout).await?;
+        let version = parse_version(raw.as_deref()).map_err(|reason| ConsumerError::Decode {
+            key: vkey.clone(),
+            what: "version token",
+            reason,
+        })?;
         let n = self.replicas_for(key);
         let mut order: Vec<u32> = (0..n).collect();
         order.shuffle(&mut rand::rng());
         for i in order {
             let rkey = replica_key(key, i);
-            if let Some(bytes) = inner.redis.get(&rkey, inner.response_timeout).await? {
-                let text = String::from_utf8(bytes).map_err(|e| ConsumerError::Decode {
-                    key: rkey.clone(),
-                    what: "replica",
-                    reason: format!("not UTF-8: {e}"),
-                })?;
-                return Ok(Some((Arc::from(text), version)));
+            match inner.redis.replica(&rkey, inner.response_timeout).await? {
+                ReplicaRecord::Value(bytes) => {
+                    let text = String::from_utf8(bytes).map_err(|e| ConsumerError::Decode {
+                        key: rkey.clone(),
+                        what: "replica",
+                        reason: format!("payload (field `d`) is not UTF-8: {e}"),
+                    })?;
+                    return Ok(Some(Found { value: Arc::from(text), version, loaded: false }));
+                }
+                ReplicaRecord::Deleted => {
+                    inner.shared.counters.tombstone();
+                    return Ok(None);
+                }
+                ReplicaRecord::Missing => {}
             }
         }
-        Ok(None)
+        let Some(loader) = &inner.loader else { return Ok(None) };
+        let counters = &inner.shared.counters;
+        match tokio::time::timeout(inner.loader_timeout, loader.call(key)).await {
+            Ok(Ok(Some(text))) => {
+                counters.loader_fill();
+                Ok(Some(Found { value: Arc::from(text), version, loaded: true }))
+            }
+            Ok(Ok(None)) => Ok(None),
+            Ok(Err(reason)) => {
+                counters.loader_error();
+                Err(ConsumerError::Loader { key: key.to_string(), reason })
+            }
+            Err(_) => {
+                counters.loader_error();
+                Err(ConsumerError::Timeout {
+                    op: format!("loader for `{key}`"),
+                    after_ms: inner.loader_timeout.as_millis() as u64,
+                })
+            }
+        }
     }
 
     /// The replica count N used for `key`: the longest matching
@@ -370,9 +499,39 @@ impl Consumer {
         self.inner.shared.local.get(key).map(|e| e.version)
     }
 
-    /// Number of entries in the local cache (approximate: moka applies evictions lazily).
+    /// Number of entries in the local cache. Applies moka's pending evictions first, so it is
+    /// exact at the time of the call (and costs a short flush: for monitoring, not per read).
     pub fn local_entries(&self) -> u64 {
+        self.inner.shared.local.run_pending_tasks();
         self.inner.shared.local.entry_count()
+    }
+
+    /// Estimated bytes the local cache holds: the sum of its entries' weights (key length +
+    /// payload length + [`ENTRY_OVERHEAD_BYTES`] each, at least `max_bytes / max_entries`;
+    /// see [`ConsumerBuilder::max_bytes`]). Without a byte bound every entry weighs 1 and this
+    /// equals [`Consumer::local_entries`]. Flushes pending evictions first, like it.
+    pub fn local_weighted_size(&self) -> u64 {
+        self.inner.shared.local.run_pending_tasks();
+        self.inner.shared.local.weighted_size()
+    }
+
+    /// The top K keys this instance reads, highest estimated read rate first, over the last
+    /// hot-key window (K = [`ConsumerBuilder::hot_key_top_k`]); each says whether it is at or
+    /// above the hot-key threshold. Also sets the hot-key gauges. Empty when hot-key detection
+    /// is off ([`ConsumerBuilder::hot_key_detection`]).
+    pub fn hot_keys(&self) -> Vec<HotKey> {
+        self.inner.shared.hot.as_ref().map(|h| h.publish_metrics()).unwrap_or_default()
+    }
+
+    /// `true` when `key`'s guaranteed read rate in this instance is at or above the hot-key
+    /// threshold (always `false` when detection is off).
+    pub fn is_hot(&self, key: &str) -> bool {
+        self.inner.shared.hot.as_ref().is_some_and(|h| h.is_hot(key))
+    }
+
+    /// The cache mode this consumer was built with.
+    pub fn cache_mode(&self) -> &CacheMode {
+        &self.inner.mode
     }
 
     /// A receiver of one [`EvictionNotice`] per invalidation event applied from now on

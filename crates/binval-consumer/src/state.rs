@@ -2,8 +2,9 @@
 //! the fill-race guard, the fail-safe flag and the counters. Every decision that involves both
 //! sides lives here, so the orderings that make them correct are in one place.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,14 +16,57 @@ use moka::sync::Cache;
 use moka::Expiry;
 use tokio::sync::broadcast;
 
+use crate::hot::{HotKeys, HotSettings};
 use crate::stats::Counters;
 
-/// One local cache entry: the payload text as stored in the replica, and the version token
-/// that was read *before* the replica.
+/// One local cache entry: the payload text, the version token that was read *before* it, the
+/// entry's own time to live (drawn with jitter at the fill) and, with refresh-ahead, when a
+/// background refresh becomes due.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub value: Arc<str>,
     pub version: Version,
+    pub ttl: Duration,
+    /// `Some` only with [`crate::ConsumerBuilder::refresh_ahead`].
+    pub refresh: Option<Arc<RefreshMark>>,
+}
+
+/// When an entry's refresh-ahead is due, and whether it was started (once per entry).
+#[derive(Debug)]
+pub(crate) struct RefreshMark {
+    pub at: Instant,
+    pub started: AtomicBool,
+}
+
+impl RefreshMark {
+    /// `true` exactly once, for the first caller that finds the refresh due.
+    #[inline]
+    pub(crate) fn claim(&self) -> bool {
+        !self.started.load(Relaxed) && Instant::now() >= self.at && !self.started.swap(true, SeqCst)
+    }
+}
+
+/// Estimated bytes one entry costs besides its key and payload text: the entry itself, the
+/// `Arc` headers, and moka's per-entry node and access-order bookkeeping (measured roughly;
+/// an estimate, not an accounting).
+pub const ENTRY_OVERHEAD_BYTES: u64 = 160;
+
+/// The weight of an entry in the local cache, in bytes: key length + payload length +
+/// [`ENTRY_OVERHEAD_BYTES`], but at least `floor`. With `floor = max_bytes / max_entries` and a
+/// capacity of `max_bytes`, the cache holds at most `max_bytes` (estimated) bytes *and* at most
+/// `max_entries` entries: moka bounds one total weight, and the floor turns the entry bound
+/// into a weight bound.
+pub(crate) fn entry_weight(key: &str, e: &Entry, floor: u64) -> u32 {
+    let bytes = key.len() as u64 + e.value.len() as u64 + ENTRY_OVERHEAD_BYTES;
+    bytes.max(floor).min(u64::from(u32::MAX)) as u32
+}
+
+/// Bounds of the local cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    pub max_entries: u64,
+    /// `None` = bounded by entries only.
+    pub max_bytes: Option<u64>,
 }
 
 /// Sent on [`crate::Consumer::subscribe_evictions`] for every invalidation event the listener
@@ -63,20 +107,23 @@ impl JitteredTtl {
     }
 }
 
-impl Expiry<String, Entry> for JitteredTtl {
-    fn expire_after_create(&self, _key: &String, _value: &Entry, _created_at: Instant) -> Option<Duration> {
-        Some(self.sample())
+/// Each entry lives its own `ttl`, drawn (with jitter) when it was filled.
+struct EntryTtl;
+
+impl Expiry<String, Entry> for EntryTtl {
+    fn expire_after_create(&self, _key: &String, value: &Entry, _created_at: Instant) -> Option<Duration> {
+        Some(value.ttl)
     }
 
-    /// A replacement (a newer fill of the same key) gets a fresh TTL, like a new entry.
+    /// A replacement (a newer fill of the same key, or a refresh) gets its own fresh TTL.
     fn expire_after_update(
         &self,
         _key: &String,
-        _value: &Entry,
+        value: &Entry,
         _updated_at: Instant,
         _duration_until_expiry: Option<Duration>,
     ) -> Option<Duration> {
-        Some(self.sample())
+        Some(value.ttl)
     }
 }
 
@@ -144,12 +191,17 @@ impl Limiter {
 
 pub(crate) struct Shared {
     pub local: Cache<String, Entry>,
+    ttl: JitteredTtl,
+    /// Fraction of an entry's TTL after which a hit starts a background refresh.
+    refresh_ahead: Option<f64>,
     /// Last known value of recently evicted entries (only when a miss rate limit is set).
     stale: Option<Cache<String, Arc<str>>>,
     pub limiter: Limiter,
     /// Newest event version seen per recently invalidated key (the fill-race guard).
     pub guard: Cache<String, Version>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
+    /// Read counter for hot-key detection (`None` when detection is off).
+    pub hot: Option<HotKeys>,
     /// `true` while `get` may serve from, and fill into, the local cache.
     serving_local: AtomicBool,
     /// Bumped on every fail-safe transition; a fill that started in an older epoch must not
@@ -162,37 +214,61 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Everything [`Shared::new`] needs.
+pub(crate) struct SharedSettings {
+    pub bounds: Bounds,
+    pub ttl: JitteredTtl,
+    pub refresh_ahead: Option<f64>,
+    pub guard_entries: u64,
+    pub guard_ttl: Duration,
+    pub notice_capacity: usize,
+    pub limits: LimitSettings,
+    pub hot: Option<HotSettings>,
+}
+
 impl Shared {
-    pub(crate) fn new(
-        max_entries: u64,
-        ttl: JitteredTtl,
-        guard_entries: u64,
-        guard_ttl: Duration,
-        notice_capacity: usize,
-        limits: LimitSettings,
-    ) -> Self {
-        let (notices, _) = broadcast::channel(notice_capacity.max(1));
-        let counters = Counters::default();
+    pub(crate) fn new(s: SharedSettings) -> Self {
+        let (notices, _) = broadcast::channel(s.notice_capacity.max(1));
+        let counters = Arc::new(Counters::default());
         counters.serving_local(true);
+        let limits = s.limits;
         let stale: Option<Cache<String, Arc<str>>> = limits.enabled().then(|| {
             Cache::builder().max_capacity(limits.stale_entries.max(1)).time_to_live(limits.stale_ttl).build()
         });
-        let mut local = Cache::builder().max_capacity(max_entries).expire_after(ttl);
-        if let Some(stale) = stale.clone() {
-            // Entries removed by an event, by clearing, or by their TTL leave a stale copy
-            // (size evictions do not: those are cold keys).
-            local = local.eviction_listener(move |k: Arc<String>, e: Entry, cause| {
-                if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
-                    stale.insert(String::clone(&k), e.value);
+        let mut local = Cache::builder().expire_after(EntryTtl);
+        local = match s.bounds.max_bytes {
+            None => local.max_capacity(s.bounds.max_entries),
+            Some(bytes) => {
+                let floor = bytes.div_ceil(s.bounds.max_entries.max(1));
+                local.max_capacity(bytes).weigher(move |k: &String, e: &Entry| entry_weight(k, e, floor))
+            }
+        };
+        let (stale_l, counters_l) = (stale.clone(), counters.clone());
+        let local = local
+            .eviction_listener(move |k: Arc<String>, e: Entry, cause| {
+                match cause {
+                    RemovalCause::Size => counters_l.capacity_eviction(),
+                    RemovalCause::Expired => counters_l.expiration(),
+                    _ => {}
                 }
-            });
-        }
+                // Entries removed by an event, by clearing, or by their TTL leave a stale copy
+                // (size evictions do not: those are cold keys).
+                if let Some(stale) = &stale_l {
+                    if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
+                        stale.insert(String::clone(&k), e.value);
+                    }
+                }
+            })
+            .build();
         Shared {
-            local: local.build(),
+            local,
+            ttl: s.ttl,
+            refresh_ahead: s.refresh_ahead,
             stale,
             limiter: Limiter::new(&limits),
-            guard: Cache::builder().max_capacity(guard_entries).time_to_live(guard_ttl).build(),
+            guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
             counters,
+            hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             notices,
@@ -247,6 +323,15 @@ impl Shared {
         self.guard.get(key).is_some_and(|newest| version < newest)
     }
 
+    /// A new entry for a fill: its TTL drawn with jitter, its refresh-ahead mark.
+    fn new_entry(&self, value: &Arc<str>, version: Version) -> Entry {
+        let ttl = self.ttl.sample();
+        let refresh = self.refresh_ahead.map(|f| {
+            Arc::new(RefreshMark { at: Instant::now() + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) })
+        });
+        Entry { value: value.clone(), version, ttl, refresh }
+    }
+
     /// Cache a fill of `key` read at `version`, unless the fill-race guard or a fail-safe
     /// transition since `epoch` says it may be stale. Returns `true` if it stayed cached.
     ///
@@ -258,10 +343,11 @@ impl Shared {
             self.counters.fill_refused();
             return false;
         }
+        let entry = self.new_entry(value, version);
         self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
             // A concurrent fill already cached a newer pair: keep it.
             Some(e) if e.value().version > version => Op::Nop,
-            _ => Op::Put(Entry { value: value.clone(), version }),
+            _ => Op::Put(entry),
         });
         let refused = self.guard_refuses(key, version);
         if refused || self.epoch() != epoch || !self.is_serving_local() {
@@ -277,45 +363,64 @@ impl Shared {
         true
     }
 
-    /// Apply one invalidation event: raise the fill-race guard, then evict by the evict rule,
-    /// count, and notify subscribers.
-    pub(crate) fn apply_event(&self, ev: &InvalidationEvent) -> EvictionNotice {
-        let v = ev.version;
-        self.guard.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
-            Some(e) if *e.value() >= v => Op::Nop,
-            _ => Op::Put(v),
-        });
-        let evicted = match self.local.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
-            Some(e) if should_evict(e.value().version, v) => Op::Remove,
-            _ => Op::Nop,
-        }) {
-            CompResult::Removed(e) => {
+    /// Apply a batch of invalidation events, in order: per distinct key, raise the fill-race
+    /// guard to the batch's newest version of that key, then evict by the evict rule once;
+    /// then count, record the lag, and notify subscribers (one notice per event; `evicted` is
+    /// set on the event whose version did the eviction, the newest of its key in the batch).
+    ///
+    /// Readers are never blocked: the local cache and the guard are concurrent maps, and each
+    /// key is touched by one short atomic compute. A burst of changes of one key (a hot row
+    /// updated in a loop) costs one eviction per batch, not one per change.
+    pub(crate) fn apply_batch(&self, events: &[InvalidationEvent]) -> Vec<EvictionNotice> {
+        // Newest version per key in this batch, and the index of the event that carries it.
+        let mut newest: HashMap<&str, (Version, usize)> = HashMap::with_capacity(events.len());
+        for (i, ev) in events.iter().enumerate() {
+            let e = newest.entry(ev.key.as_str()).or_insert((ev.version, i));
+            if ev.version > e.0 {
+                *e = (ev.version, i);
+            }
+        }
+        let mut evicted_at = vec![false; events.len()];
+        for (key, (v, i)) in &newest {
+            let v = *v;
+            self.guard.entry_by_ref(*key).and_compute_with(|cur| match cur {
+                Some(e) if *e.value() >= v => Op::Nop,
+                _ => Op::Put(v),
+            });
+            if let CompResult::Removed(e) = self.local.entry_by_ref(*key).and_compute_with(|cur| match cur {
+                Some(e) if should_evict(e.value().version, v) => Op::Remove,
+                _ => Op::Nop,
+            }) {
                 // Keep the last known value for the stale fallback of the miss rate limit.
                 if let Some(stale) = &self.stale {
-                    stale.insert(ev.key.clone(), e.into_value().value);
+                    stale.insert(key.to_string(), e.into_value().value);
                 }
-                true
+                evicted_at[*i] = true;
             }
-            _ => false,
-        };
-        let received_at_ms = now_ms();
-        self.counters.event();
-        if evicted {
-            self.counters.eviction();
         }
-        self.counters.lag(received_at_ms.saturating_sub(ev.publish_time_ms));
-        let notice = EvictionNotice {
-            key: ev.key.clone(),
-            version: v,
-            evicted,
-            commit_time_ms: ev.commit_time_ms,
-            publish_time_ms: ev.publish_time_ms,
-            received_at_ms,
-        };
-        if self.notices.receiver_count() > 0 {
-            let _ = self.notices.send(notice.clone());
-        }
-        notice
+        let applied_at_ms = now_ms();
+        let evictions = evicted_at.iter().filter(|e| **e).count() as u64;
+        self.counters.events(events.len() as u64, evictions);
+        let subscribed = self.notices.receiver_count() > 0;
+        events
+            .iter()
+            .zip(evicted_at)
+            .map(|(ev, evicted)| {
+                self.counters.lag(applied_at_ms, ev.commit_time_ms, ev.publish_time_ms);
+                let notice = EvictionNotice {
+                    key: ev.key.clone(),
+                    version: ev.version,
+                    evicted,
+                    commit_time_ms: ev.commit_time_ms,
+                    publish_time_ms: ev.publish_time_ms,
+                    received_at_ms: applied_at_ms,
+                };
+                if subscribed {
+                    let _ = self.notices.send(notice.clone());
+                }
+                notice
+            })
+            .collect()
     }
 }
 

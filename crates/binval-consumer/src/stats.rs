@@ -16,10 +16,25 @@
 //! | `binval_consumer_coalesced_total` | `get` misses that joined a fill already in flight |
 //! | `binval_consumer_limiter_rejections_total` | fills refused by the miss rate limit |
 //! | `binval_consumer_stale_served_total` | `get` calls answered with a stale copy |
+//! | `binval_consumer_uncached_reads_total` | `get` of a key the cache mode does not cache locally |
+//! | `binval_consumer_tombstones_total` | fills that found a tombstone (row deleted) |
+//! | `binval_consumer_loader_fills_total` | fills answered by the app-supplied loader |
+//! | `binval_consumer_loader_errors_total` | loader calls that failed or timed out |
+//! | `binval_consumer_refreshes_total` | refresh-ahead fills started by a hit near expiry |
+//! | `binval_consumer_capacity_evictions_total` | entries removed to stay within the entry / byte bound |
+//! | `binval_consumer_expirations_total` | entries removed by their TTL |
 //!
-//! Histogram `binval_consumer_invalidation_lag_ms`: event `publish_time_ms` to the moment the
-//! listener applied it, milliseconds. Gauge `binval_consumer_serving_local`: 1 while `get`
-//! may serve from the local cache, 0 while the fail-safe bypasses it.
+//! Histogram `binval_consumer_invalidation_lag_ms`, label `from`: milliseconds from the event's
+//! commit to the moment the listener applied it (evicted), `from="commit"` from the binlog
+//! commit time (`commit_time_ms`, whole seconds in the binlog, so up to 1 s coarse) and
+//! `from="publish"` from when binval handed the event to its producer (`publish_time_ms`).
+//! Both use wall clocks of different machines: skew adds to them.
+//!
+//! Gauges: `binval_consumer_serving_local` (1 while `get` may serve from the local cache, 0
+//! while the fail-safe bypasses it); `binval_consumer_hot_keys` (keys of the top K at or above
+//! the hot-key threshold) and `binval_consumer_hot_key_reads_per_sec{key}` (estimated read
+//! rate of each key of the top K; a key that left the top K is set to 0), both set by the
+//! listener thread once per hot-key window and by [`crate::Consumer::hot_keys`].
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -52,6 +67,21 @@ pub struct Stats {
     /// `get` calls answered with the stale copy of an evicted entry because the rate limit
     /// refused the fill (one per caller).
     pub stale_served: u64,
+    /// `get` calls of keys that the cache mode does not cache locally (a prefix not listed, or
+    /// not hot in hot-only mode); they go through single-flight, limits and Redis.
+    pub uncached_reads: u64,
+    /// Fills that found a tombstone (the row was deleted) and answered `None`.
+    pub tombstones: u64,
+    /// Fills answered by the app-supplied loader (every replica missing).
+    pub loader_fills: u64,
+    /// Loader calls that failed or timed out.
+    pub loader_errors: u64,
+    /// Refresh-ahead fills started by a hit on an entry near its expiry.
+    pub refreshes: u64,
+    /// Entries removed to keep the local cache within its entry / byte bound.
+    pub capacity_evictions: u64,
+    /// Entries removed by their TTL.
+    pub expirations: u64,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +97,13 @@ pub(crate) struct Counters {
     pub coalesced: AtomicU64,
     pub limiter_rejections: AtomicU64,
     pub stale_served: AtomicU64,
+    pub uncached_reads: AtomicU64,
+    pub tombstones: AtomicU64,
+    pub loader_fills: AtomicU64,
+    pub loader_errors: AtomicU64,
+    pub refreshes: AtomicU64,
+    pub capacity_evictions: AtomicU64,
+    pub expirations: AtomicU64,
 }
 
 macro_rules! bump {
@@ -85,15 +122,32 @@ impl Counters {
     bump!(bypass_read, bypass_reads, "binval_consumer_bypass_reads_total");
     bump!(fill, fills, "binval_consumer_fills_total");
     bump!(fill_refused, fills_refused, "binval_consumer_fills_refused_total");
-    bump!(event, events, "binval_consumer_events_total");
-    bump!(eviction, evictions, "binval_consumer_evictions_total");
     bump!(bad_message, bad_messages, "binval_consumer_bad_messages_total");
     bump!(coalesced, coalesced, "binval_consumer_coalesced_total");
     bump!(limiter_rejection, limiter_rejections, "binval_consumer_limiter_rejections_total");
     bump!(stale_served, stale_served, "binval_consumer_stale_served_total");
+    bump!(uncached_read, uncached_reads, "binval_consumer_uncached_reads_total");
+    bump!(tombstone, tombstones, "binval_consumer_tombstones_total");
+    bump!(loader_fill, loader_fills, "binval_consumer_loader_fills_total");
+    bump!(loader_error, loader_errors, "binval_consumer_loader_errors_total");
+    bump!(refresh, refreshes, "binval_consumer_refreshes_total");
+    bump!(capacity_eviction, capacity_evictions, "binval_consumer_capacity_evictions_total");
+    bump!(expiration, expirations, "binval_consumer_expirations_total");
 
-    pub(crate) fn lag(&self, lag_ms: u64) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms").record(lag_ms as f64);
+    /// A batch of `events` applied by the listener, `evictions` of which removed an entry.
+    pub(crate) fn events(&self, events: u64, evictions: u64) {
+        self.events.fetch_add(events, Relaxed);
+        self.evictions.fetch_add(evictions, Relaxed);
+        metrics::counter!("binval_consumer_events_total").increment(events);
+        metrics::counter!("binval_consumer_evictions_total").increment(evictions);
+    }
+
+    /// Lag of one applied event, from its commit and from its publish (Unix ms).
+    pub(crate) fn lag(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64) {
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit")
+            .record(applied_ms.saturating_sub(commit_ms) as f64);
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
+            .record(applied_ms.saturating_sub(publish_ms) as f64);
     }
 
     pub(crate) fn serving_local(&self, on: bool) {
@@ -113,6 +167,13 @@ impl Counters {
             coalesced: self.coalesced.load(Relaxed),
             limiter_rejections: self.limiter_rejections.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
+            uncached_reads: self.uncached_reads.load(Relaxed),
+            tombstones: self.tombstones.load(Relaxed),
+            loader_fills: self.loader_fills.load(Relaxed),
+            loader_errors: self.loader_errors.load(Relaxed),
+            refreshes: self.refreshes.load(Relaxed),
+            capacity_evictions: self.capacity_evictions.load(Relaxed),
+            expirations: self.expirations.load(Relaxed),
         }
     }
 }
