@@ -35,8 +35,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One entry of [`crate::Consumer::hot_keys`]: a key and its read rate in this instance over
-/// the last hot-key window.
-#[derive(Debug, Clone, PartialEq)]
+/// the last hot-key window. Serializes (serde) as an object of these field names.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct HotKey {
     /// The logical key, e.g. `item:detail:6666`.
     pub key: String,

@@ -38,8 +38,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// A snapshot of the consumer's counters, all counted since `build()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A snapshot of the consumer's counters, all counted since `build()`. Serializes (serde) as
+/// a flat object of these field names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// `get` calls answered from the local cache.
     pub hits: u64,
