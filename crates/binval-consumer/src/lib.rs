@@ -2,34 +2,62 @@
 //! database by binval's invalidation events.
 //!
 //! binval (the service) reads the binlog and, per changed logical key `K`, writes the payload to
-//! every suffix replica `K:r0..K:r{N-1}`, then bumps the version token `K:ver` with `INCR`, then
-//! publishes one invalidation event `{key, version, …}` to a Kafka topic. This crate is the
-//! other end: [`Consumer::get`] serves a key from a bounded local cache, fills misses from
-//! Redis, and a background listener evicts entries as events arrive.
+//! every suffix replica `K:r0..K:r{N-1}`, then moves the version token `K:ver` to the change's
+//! fence position, then publishes one invalidation event `{key, version, …}` to a Kafka topic.
+//! This crate is the other end: [`Consumer::get`] serves a key from a bounded local cache, fills
+//! misses from Redis, and a background listener evicts entries as events arrive.
 //!
 //! ```no_run
 //! # #[derive(serde::Deserialize)] struct Item { id: u64 }
 //! # async fn f() -> Result<(), binval_consumer::ConsumerError> {
 //! use std::time::Duration;
+//! use binval_consumer::CacheMode;
 //!
 //! let consumer = binval_consumer::Consumer::builder()
-//!     .redis_standalone("redis://127.0.0.1:6379")      // or .redis_cluster(vec![urls])
-//!     .brokers("127.0.0.1:9092")
+//!     .redis_cluster(["redis://10.0.0.1:7001"])       // or .redis_standalone(url)
+//!     .brokers("10.0.0.5:9092")
 //!     .topic("binval.invalidations")
-//!     .replicas(8)                                     // default replica count N
+//!     .replicas(1)                                     // default replica count N
 //!     .replicas_for_prefix("item:detail:", 8)          // longest prefix wins
-//!     .max_entries(100_000)                            // local cache bound, entries
+//!     .max_entries(100_000)                            // local cache bound, entries ...
+//!     .max_bytes(64 << 20)                             // ... and estimated bytes
 //!     .ttl(Duration::from_secs(60))                    // safety-net TTL
+//!     .ttl_jitter(0.1)                                 // each entry lives 54..66 s
+//!     .refresh_ahead(0.8)                              // re-read busy keys in the background
+//!     .cache_mode(CacheMode::Prefixes(vec!["item:".into()])) // or All (default), HotOnly
+//!     .hot_key_threshold(1000.0)                       // reads/s at which a key is hot
+//!     .max_fills_per_key_per_sec(10)                   // miss rate limits ...
+//!     .max_fills_per_sec(5_000)                        // ... with stale fallback
+//!     .loader(|key: String| async move {               // last resort: all replicas missing
+//!         let _ = key;                                 // e.g. SELECT from the primary
+//!         Ok::<Option<String>, String>(None)
+//!     })
 //!     .kafka_property("fetch.wait.max.ms", "5")        // passthrough librdkafka setting
 //!     .build()
 //!     .await?;                                         // listener assigned at newest offsets
 //!
 //! let text: Option<String> = consumer.get("item:detail:6666").await?;
 //! let item: Option<Item> = consumer.get_json("item:detail:6666").await?;
-//! println!("{:?}", consumer.stats());
+//! println!("{:?} {:?}", consumer.stats(), consumer.hot_keys());
 //! consumer.shutdown().await;
 //! # Ok(()) }
 //! ```
+//!
+//! An HTTP example app (axum) is `examples/product_api.rs`.
+//!
+//! # The record format
+//!
+//! A suffix replica `K:rN` is a Redis hash written by binval's version-fenced script
+//! ([`binval_protocol::fence`]): `d` the payload, `p` the fence position of the change, `t` =
+//! `1` for a tombstone (row deleted), `f` the writer's fencing token. The version token `K:ver`
+//! is a decimal `u64`, the fence position of the newest change (not a counter: any increasing
+//! number). A fill reads `GET K:ver`, then `HMGET K:rN d t` of one random replica:
+//!
+//! - a value: the answer;
+//! - a tombstone: the row does not exist — `None`, and neither another replica nor the loader
+//!   is asked (the tombstone is newer than anything they could say);
+//! - missing (never written, expired, lost): try another replica, each at most once, then the
+//!   loader if one is set, else `None`.
 //!
 //! # Why the read goes version token first, then replica
 //!
@@ -40,6 +68,17 @@
 //! event), then the fill reads `ver`=4 and caches (old value, 4). The event for version 4 has
 //! already been applied or will not evict (4 is not < 4), and no later event is coming: the
 //! old value would be served until the TTL. So: version first, always.
+//!
+//! # The app-supplied loader
+//!
+//! [`ConsumerBuilder::loader`] is the last resort when every replica is missing (e.g. Redis
+//! lost them, or binval runs in invalidate-only mode for the table). It runs inside the key's
+//! single fill, after the miss rate limits, bounded by [`ConsumerBuilder::loader_timeout`].
+//! Its value is cached under the version token read *before* the replicas — the same rule as
+//! a replica value: a loader that reads the primary returns something at least as new as that
+//! version, so the pair is correct or gets evicted by the next event, and the fill-race guard
+//! refuses it when an event overtook the fill. A loader reading a lagging database replica
+//! should not be cached: [`ConsumerBuilder::cache_loaded`]`(false)`.
 //!
 //! # The evict rule
 //!
@@ -56,6 +95,14 @@
 //! cache, default 100 000 entries for 30 s), and a fill whose version is lower than that is
 //! returned to its caller but not cached ([`Stats::fills_refused`]). The fill re-checks after
 //! inserting, so an event applied between its check and its insert still removes it.
+//!
+//! # Invalidation in batches
+//!
+//! The listener thread waits up to 100 ms for a message, then takes everything already queued
+//! (up to 1024 messages) and applies it as one batch: per distinct key one guard update and at
+//! most one eviction (a row updated 50 times in a burst costs one eviction), then one
+//! [`EvictionNotice`] per event. Readers are never blocked by it: the local cache and the
+//! guard are concurrent maps, and no lock is held across a batch.
 //!
 //! # Why no shared consumer group
 //!
@@ -97,15 +144,76 @@
 //! [`ConsumerError::Overloaded`]. A stale copy is by definition possibly out of date: it trades
 //! freshness for protecting Redis, only while over the limit.
 //!
-//! # TTL jitter
+//! # TTL jitter and refresh-ahead
 //!
 //! [`ConsumerBuilder::ttl_jitter`] spreads each entry's TTL uniformly over
 //! `ttl × [1 - j, 1 + j]`, so entries filled together do not expire together.
+//! With [`ConsumerBuilder::refresh_ahead`]`(f)`, a hit on an entry past `f` of its TTL returns
+//! the cached value at once and starts one background fill (at most one per entry, joined with
+//! any fill of the key in flight), which replaces the entry with a fresh TTL: a busy key never
+//! expires into a miss that all its readers wait for.
+//!
+//! # What to cache, and hot keys
+//!
+//! [`ConsumerBuilder::cache_mode`]: [`CacheMode::All`] keys (default), [`CacheMode::Prefixes`]
+//! or [`CacheMode::HotOnly`] — only keys this instance reads at or above
+//! [`ConsumerBuilder::hot_key_threshold`] reads/s. Keys not cached still go through
+//! single-flight, the miss rate limits and Redis ([`Stats::uncached_reads`]).
+//!
+//! Hot-key detection counts each instance's reads per key in a sliding window
+//! ([`ConsumerBuilder::hot_key_window`], default 10 s) with a SpaceSaving top-K sketch
+//! (bounded: [`ConsumerBuilder::hot_key_capacity`] counters), sampling one read in
+//! [`ConsumerBuilder::hot_key_sample_every`] per thread to keep hits cheap. The hot decision
+//! uses the sketch's *guaranteed* count, so the sketch's over-count never makes a cold key
+//! hot. [`Consumer::hot_keys`] returns the top K with rates; the gauges below export them.
+//!
+//! # Bounds
+//!
+//! The local cache is bounded by entries ([`ConsumerBuilder::max_entries`]) and optionally by
+//! estimated bytes ([`ConsumerBuilder::max_bytes`]): an entry weighs its key length + payload
+//! length + [`ENTRY_OVERHEAD_BYTES`], at least `max_bytes / max_entries`, and moka keeps the
+//! total weight within `max_bytes` — which then also caps the entries. The fill guard, stale
+//! copies, per-key limiters and the hot-key sketch are bounded too (invariant I6).
+//!
+//! # Metrics
+//!
+//! Through the [`metrics`](https://docs.rs/metrics) facade, so any installed recorder (e.g.
+//! `metrics-exporter-prometheus`) exports them; every counter is also in [`Consumer::stats`].
+//! Install the recorder **before** `build()`: the hit counter's handle is registered once at
+//! build time (a local hit does not pay for the recorder's name lookup).
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `binval_consumer_hits_total` | counter | `get` served from the local cache |
+//! | `binval_consumer_misses_total` | counter | `get` of a cacheable key not in the local cache |
+//! | `binval_consumer_uncached_reads_total` | counter | `get` of a key the cache mode does not cache |
+//! | `binval_consumer_bypass_reads_total` | counter | `get` while the fail-safe bypasses the cache |
+//! | `binval_consumer_fills_total` | counter | fills that found a replica value (cached or not) |
+//! | `binval_consumer_fills_refused_total` | counter | fills the fill-race guard did not cache |
+//! | `binval_consumer_coalesced_total` | counter | misses that joined a fill in flight |
+//! | `binval_consumer_limiter_rejections_total` | counter | fills refused by the miss rate limit |
+//! | `binval_consumer_stale_served_total` | counter | `get` answered with a stale copy |
+//! | `binval_consumer_tombstones_total` | counter | fills that found a tombstone |
+//! | `binval_consumer_loader_fills_total` | counter | fills answered by the loader |
+//! | `binval_consumer_loader_errors_total` | counter | loader calls that failed or timed out |
+//! | `binval_consumer_refreshes_total` | counter | refresh-ahead fills started |
+//! | `binval_consumer_events_total` | counter | invalidation events applied |
+//! | `binval_consumer_evictions_total` | counter | events that removed a held entry |
+//! | `binval_consumer_capacity_evictions_total` | counter | entries removed by the entry/byte bound |
+//! | `binval_consumer_expirations_total` | counter | entries removed by their TTL |
+//! | `binval_consumer_bad_messages_total` | counter | topic messages skipped (not an event) |
+//! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`, binlog time, 1 s resolution) or publish (`from="publish"`) to its eviction here |
+//! | `binval_consumer_serving_local` | gauge | 1 while serving locally, 0 while bypassed |
+//! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
+//! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
+//!
+//! The hot-key gauges are set once per hot-key window by the listener thread and on every
+//! [`Consumer::hot_keys`] call; the `key` label is bounded by the top K at any time.
 //!
 //! # Not yet
 //!
-//! Hot-key detection and negative caching of absent keys come in later issues; the read path
-//! is one function (`fill`) where they plug in.
+//! Negative caching of absent keys; cross-instance single-flight; a stale fallback on Redis
+//! errors (only a rate-limit refusal falls back).
 
 mod builder;
 mod error;
@@ -192,6 +300,14 @@ struct Inner {
 type FillOutcome = Result<Option<(Arc<str>, bool)>, ConsumerError>;
 type InflightFill = SharedFuture<BoxFuture<'static, FillOutcome>>;
 
+/// What the synchronous part of a read decided.
+enum Lookup {
+    /// A local hit.
+    Hit(Arc<str>),
+    /// Read through; `cache`: whether the fill may cache its value.
+    Fill { cache: bool },
+}
+
 /// A value a fill found, with the version token read before it.
 struct Found {
     value: Arc<str>,
@@ -267,6 +383,18 @@ impl Consumer {
 
     /// Like [`Consumer::get`], without copying the payload out of the local cache.
     pub async fn get_shared(&self, key: &str) -> Result<Option<Arc<str>>, ConsumerError> {
+        match self.lookup(key) {
+            Lookup::Hit(value) => Ok(Some(value)),
+            // Boxed: keeps this future small, so a hit does not build (or move) the whole state
+            // of a fill; the allocation is paid by misses only, next to a Redis round trip.
+            Lookup::Fill { cache } => self.fill_single_flight(key, cache).boxed().await,
+        }
+    }
+
+    /// The synchronous part of `get`: count the read, serve a local hit (starting a
+    /// refresh-ahead if due), or say whether the fill may cache.
+    #[inline]
+    fn lookup(&self, key: &str) -> Lookup {
         let inner = &*self.inner;
         let shared = &inner.shared;
         if let Some(hot) = &shared.hot {
@@ -274,7 +402,7 @@ impl Consumer {
         }
         if !shared.is_serving_local() {
             shared.counters.bypass_read();
-            return self.fill_single_flight(key, false).await;
+            return Lookup::Fill { cache: false };
         }
         let lookup = match &inner.mode {
             CacheMode::Prefixes(prefixes) => prefixes.iter().any(|p| key.starts_with(p.as_str())),
@@ -288,7 +416,7 @@ impl Consumer {
                         self.start_refresh(key);
                     }
                 }
-                return Ok(Some(e.value));
+                return Lookup::Hit(e.value);
             }
         }
         let cache = match &inner.mode {
@@ -301,7 +429,7 @@ impl Consumer {
         } else {
             shared.counters.uncached_read();
         }
-        self.fill_single_flight(key, cache).await
+        Lookup::Fill { cache }
     }
 
     /// The fill of `key` in flight, or a new one (spawned as a task at its first poll) that is

@@ -1,40 +1,6 @@
 //! Counters: kept as atomics for [`crate::Consumer::stats`] and mirrored to the `metrics`
-//! facade so any installed recorder (Prometheus exporter, …) sees them too.
-//!
-//! Metric names (all counters end in `_total`):
-//!
-//! | counter | meaning |
-//! |---|---|
-//! | `binval_consumer_hits_total` | `get` served from the local cache |
-//! | `binval_consumer_misses_total` | `get` not in the local cache while serving locally |
-//! | `binval_consumer_bypass_reads_total` | `get` while the fail-safe bypasses the local cache |
-//! | `binval_consumer_fills_total` | Redis reads that found a value (cached or not) |
-//! | `binval_consumer_fills_refused_total` | fills not cached by the fill-race guard |
-//! | `binval_consumer_events_total` | invalidation events applied |
-//! | `binval_consumer_evictions_total` | events that removed a held entry |
-//! | `binval_consumer_bad_messages_total` | topic messages skipped because they do not parse |
-//! | `binval_consumer_coalesced_total` | `get` misses that joined a fill already in flight |
-//! | `binval_consumer_limiter_rejections_total` | fills refused by the miss rate limit |
-//! | `binval_consumer_stale_served_total` | `get` calls answered with a stale copy |
-//! | `binval_consumer_uncached_reads_total` | `get` of a key the cache mode does not cache locally |
-//! | `binval_consumer_tombstones_total` | fills that found a tombstone (row deleted) |
-//! | `binval_consumer_loader_fills_total` | fills answered by the app-supplied loader |
-//! | `binval_consumer_loader_errors_total` | loader calls that failed or timed out |
-//! | `binval_consumer_refreshes_total` | refresh-ahead fills started by a hit near expiry |
-//! | `binval_consumer_capacity_evictions_total` | entries removed to stay within the entry / byte bound |
-//! | `binval_consumer_expirations_total` | entries removed by their TTL |
-//!
-//! Histogram `binval_consumer_invalidation_lag_ms`, label `from`: milliseconds from the event's
-//! commit to the moment the listener applied it (evicted), `from="commit"` from the binlog
-//! commit time (`commit_time_ms`, whole seconds in the binlog, so up to 1 s coarse) and
-//! `from="publish"` from when binval handed the event to its producer (`publish_time_ms`).
-//! Both use wall clocks of different machines: skew adds to them.
-//!
-//! Gauges: `binval_consumer_serving_local` (1 while `get` may serve from the local cache, 0
-//! while the fail-safe bypasses it); `binval_consumer_hot_keys` (keys of the top K at or above
-//! the hot-key threshold) and `binval_consumer_hot_key_reads_per_sec{key}` (estimated read
-//! rate of each key of the top K; a key that left the top K is set to 0), both set by the
-//! listener thread once per hot-key window and by [`crate::Consumer::hot_keys`].
+//! facade so any installed recorder (Prometheus exporter, …) sees them too. The metric names
+//! and their meaning are listed in the crate docs, "Metrics".
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -105,6 +71,25 @@ pub(crate) struct Counters {
     pub refreshes: AtomicU64,
     pub capacity_evictions: AtomicU64,
     pub expirations: AtomicU64,
+    /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
+    /// key lookup that `metrics::counter!` does on every call.
+    hit_metric: HitMetric,
+}
+
+/// `binval_consumer_hits_total`, registered with the recorder installed when the consumer is
+/// built (install a recorder before `build()`; later ones do not see hits).
+struct HitMetric(metrics::Counter);
+
+impl Default for HitMetric {
+    fn default() -> Self {
+        HitMetric(metrics::counter!("binval_consumer_hits_total"))
+    }
+}
+
+impl std::fmt::Debug for HitMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HitMetric")
+    }
 }
 
 macro_rules! bump {
@@ -118,7 +103,11 @@ macro_rules! bump {
 }
 
 impl Counters {
-    bump!(hit, hits, "binval_consumer_hits_total");
+    #[inline]
+    pub(crate) fn hit(&self) {
+        self.hits.fetch_add(1, Relaxed);
+        self.hit_metric.0.increment(1);
+    }
     bump!(miss, misses, "binval_consumer_misses_total");
     bump!(bypass_read, bypass_reads, "binval_consumer_bypass_reads_total");
     bump!(fill, fills, "binval_consumer_fills_total");
