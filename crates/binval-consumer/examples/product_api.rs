@@ -160,7 +160,12 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(%listen, topic = consumer.topic(), "product_api listening");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
+            // Ctrl-C, or SIGTERM from a container runtime.
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
         })
         .await?;
     consumer.shutdown().await;
