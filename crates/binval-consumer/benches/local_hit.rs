@@ -5,8 +5,8 @@
 //! touches them. Run: `cargo bench -p binval-consumer --bench local_hit` (add `-- --quick` for
 //! a short run). Numbers, not assertions; besides criterion's report it prints ns per hit
 //! (1 thread) and hits/s (2 threads) from plain timed loops, for `get` (copies the payload
-//! into a `String`) and `get_shared` (hands out the cached `Arc<str>`), with hot-key detection
-//! off and on (default).
+//! into a `String`) and `get_shared` (hands out the cached `Arc<str>`), with the per-thread
+//! front off (every hit reads moka), hot-key detection off, and the defaults (both on).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -50,7 +50,7 @@ fn run_threads_with(c: &Consumer, key: &str, threads: u64, iters: u64, f: fn(&Co
     start.elapsed()
 }
 
-fn setup(hot_key_detection: bool) -> (tokio::runtime::Runtime, Consumer, String) {
+fn setup(hot_key_detection: bool, thread_front: bool) -> (tokio::runtime::Runtime, Consumer, String) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let broker = binval_testkit::broker();
     let topic = binval_testkit::unique_name("bench-inval");
@@ -75,6 +75,7 @@ fn setup(hot_key_detection: bool) -> (tokio::runtime::Runtime, Consumer, String)
             .topic(&topic)
             .kafka_property("fetch.wait.max.ms", "5")
             .hot_key_detection(hot_key_detection)
+            .thread_front(thread_front)
             .build()
             .await
             .expect("build consumer");
@@ -83,6 +84,14 @@ fn setup(hot_key_detection: bool) -> (tokio::runtime::Runtime, Consumer, String)
     });
     assert!(consumer.cached_version(&key).is_some(), "key not cached");
     (rt, consumer, key)
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
 }
 
 /// Plain timed loops of `f`: ns per hit on 1 thread, hits/s on 2 threads.
@@ -101,15 +110,17 @@ fn plain(label: &str, c: &Consumer, key: &str, f: fn(&Consumer, &str) -> usize) 
 fn local_hit(cr: &mut Criterion) {
     // Plain timed loops first, so the numbers are printed even when criterion's output is not
     // read; also without hot-key detection, to show its cost.
-    {
-        let (rt, c, key) = setup(false);
-        plain("hot-key detection off, get       ", &c, &key, hit);
-        plain("hot-key detection off, get_shared", &c, &key, hit_shared);
+    for (hot, front) in [(true, false), (false, true)] {
+        let (rt, c, key) = setup(hot, front);
+        let label = format!("hot-key detection {}, thread front {}", on_off(hot), on_off(front));
+        plain(&format!("{label}, get       "), &c, &key, hit);
+        plain(&format!("{label}, get_shared"), &c, &key, hit_shared);
         rt.block_on(c.shutdown());
     }
-    let (rt, c, key) = setup(true);
-    plain("hot-key detection on,  get       ", &c, &key, hit);
-    plain("hot-key detection on,  get_shared", &c, &key, hit_shared);
+    // The defaults: both on. Criterion measures this one.
+    let (rt, c, key) = setup(true, true);
+    plain("hot-key detection on, thread front on (defaults), get       ", &c, &key, hit);
+    plain("hot-key detection on, thread front on (defaults), get_shared", &c, &key, hit_shared);
 
     let mut g = cr.benchmark_group("local_hit");
     g.throughput(Throughput::Elements(1));

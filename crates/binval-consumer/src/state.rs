@@ -27,6 +27,9 @@ pub(crate) struct Entry {
     pub value: Arc<str>,
     pub version: Version,
     pub ttl: Duration,
+    /// Fill time + `ttl`, taken just before the insert (so never later than moka's own expiry);
+    /// what the per-thread front checks.
+    pub expires_at: Instant,
     /// `Some` only with [`crate::ConsumerBuilder::refresh_ahead`].
     pub refresh: Option<Arc<RefreshMark>>,
 }
@@ -39,10 +42,10 @@ pub(crate) struct RefreshMark {
 }
 
 impl RefreshMark {
-    /// `true` exactly once, for the first caller that finds the refresh due.
+    /// `true` exactly once, for the first caller that finds the refresh due at `now`.
     #[inline]
-    pub(crate) fn claim(&self) -> bool {
-        !self.started.load(Relaxed) && Instant::now() >= self.at && !self.started.swap(true, SeqCst)
+    pub(crate) fn claim(&self, now: Instant) -> bool {
+        !self.started.load(Relaxed) && now >= self.at && !self.started.swap(true, SeqCst)
     }
 }
 
@@ -195,6 +198,11 @@ impl Limiter {
 pub(crate) type LocalHasher = foldhash::fast::RandomState;
 
 pub(crate) struct Shared {
+    /// Process-unique id of this consumer (owner tag of its per-thread front entries).
+    pub id: u64,
+    /// Generation of the per-thread front ([`crate::front`]): bumped after every change that
+    /// may make a remembered entry wrong.
+    front_gen: AtomicU64,
     pub local: Cache<String, Entry, LocalHasher>,
     ttl: JitteredTtl,
     /// Fraction of an entry's TTL after which a hit starts a background refresh.
@@ -265,7 +273,10 @@ impl Shared {
                 }
             })
             .build_with_hasher(LocalHasher::default());
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Shared {
+            id: NEXT_ID.fetch_add(1, SeqCst),
+            front_gen: AtomicU64::new(0),
             local,
             ttl: s.ttl,
             refresh_ahead: s.refresh_ahead,
@@ -280,6 +291,18 @@ impl Shared {
         }
     }
 
+    /// The current generation of the per-thread front.
+    #[inline]
+    pub(crate) fn front_gen(&self) -> u64 {
+        self.front_gen.load(SeqCst)
+    }
+
+    /// Invalidate every thread's front entries of this consumer (after the change is done).
+    fn bump_front(&self) {
+        self.front_gen.fetch_add(1, SeqCst);
+    }
+
+    #[inline]
     pub(crate) fn is_serving_local(&self) -> bool {
         self.serving_local.load(SeqCst)
     }
@@ -294,6 +317,7 @@ impl Shared {
         let was = self.serving_local.swap(false, SeqCst);
         self.epoch.fetch_add(1, SeqCst);
         self.local.invalidate_all();
+        self.bump_front();
         if was {
             self.counters.serving_local(false);
         }
@@ -308,6 +332,7 @@ impl Shared {
         }
         self.epoch.fetch_add(1, SeqCst);
         self.local.invalidate_all();
+        self.bump_front();
         self.serving_local.store(true, SeqCst);
         self.counters.serving_local(true);
         true
@@ -331,10 +356,11 @@ impl Shared {
     /// A new entry for a fill: its TTL drawn with jitter, its refresh-ahead mark.
     fn new_entry(&self, value: &Arc<str>, version: Version) -> Entry {
         let ttl = self.ttl.sample();
-        let refresh = self.refresh_ahead.map(|f| {
-            Arc::new(RefreshMark { at: Instant::now() + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) })
-        });
-        Entry { value: value.clone(), version, ttl, refresh }
+        let now = Instant::now();
+        let refresh = self
+            .refresh_ahead
+            .map(|f| Arc::new(RefreshMark { at: now + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) }));
+        Entry { value: value.clone(), version, ttl, expires_at: now + ttl, refresh }
     }
 
     /// Cache a fill of `key` read at `version`, unless the fill-race guard or a fail-safe
@@ -349,17 +375,24 @@ impl Shared {
             return false;
         }
         let entry = self.new_entry(value, version);
-        self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
+        let put = self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
             // A concurrent fill already cached a newer pair: keep it.
             Some(e) if e.value().version > version => Op::Nop,
             _ => Op::Put(entry),
         });
+        if matches!(put, CompResult::ReplacedWith(_)) {
+            // A refresh or a newer fill replaced an entry: threads' fronts should not keep
+            // serving the replaced one (it is not wrong — no event touched it — just older).
+            self.bump_front();
+        }
         let refused = self.guard_refuses(key, version);
         if refused || self.epoch() != epoch || !self.is_serving_local() {
             self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
                 Some(e) if e.value().version == version && Arc::ptr_eq(&e.value().value, value) => Op::Remove,
                 _ => Op::Nop,
             });
+            // A reader may have copied the entry into its front between insert and removal.
+            self.bump_front();
             if refused {
                 self.counters.fill_refused();
             }
@@ -403,6 +436,9 @@ impl Shared {
                 evicted_at[*i] = true;
             }
         }
+        // After the evictions, and for every batch: a thread's front may remember an entry of
+        // one of these keys that already left moka (by size), which no eviction above saw.
+        self.bump_front();
         let applied_at_ms = now_ms();
         let evictions = evicted_at.iter().filter(|e| **e).count() as u64;
         self.counters.events(events.len() as u64, evictions);
@@ -432,6 +468,81 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use binval_protocol::{Op as EvOp, SourcePosition};
+
+    fn shared() -> Shared {
+        Shared::new(SharedSettings {
+            bounds: Bounds { max_entries: 100, max_bytes: None },
+            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
+            refresh_ahead: None,
+            guard_entries: 100,
+            guard_ttl: Duration::from_secs(30),
+            notice_capacity: 16,
+            limits: LimitSettings {
+                per_instance: None,
+                per_key: None,
+                stale_ttl: Duration::from_secs(1),
+                stale_entries: 1,
+                key_limiter_entries: 1,
+            },
+            hot: None,
+        })
+    }
+
+    fn ev(key: &str, version: Version) -> InvalidationEvent {
+        InvalidationEvent {
+            schema: 1,
+            key: key.into(),
+            version,
+            op: EvOp::Update,
+            table: "a.b".into(),
+            position: SourcePosition::default(),
+            commit_time_ms: 0,
+            publish_time_ms: 0,
+        }
+    }
+
+    /// The front remembers an entry the local cache no longer holds (dropped for size); an
+    /// event of that key evicts nothing from the cache, and must still invalidate the front.
+    #[test]
+    fn every_batch_invalidates_the_front() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("old");
+        assert!(s.try_cache("k", &v, 1, s.epoch()));
+        let gen = s.front_gen();
+        let e = s.local.get("k").unwrap();
+        crate::front::put(s.id, gen, "k", &e);
+        s.local.invalidate("k"); // as a size eviction would
+        let now = Instant::now();
+        assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_some());
+        let notices = s.apply_batch(&[ev("k", 2)]);
+        assert!(!notices[0].evicted, "nothing left in the cache to evict");
+        assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_none(), "front still serves after the event");
+    }
+
+    /// A fill removed again by the fill-race guard, and a fail-safe clear, invalidate the front.
+    #[test]
+    fn guard_removal_and_fail_safe_invalidate_the_front() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("x");
+        assert!(s.try_cache("k", &v, 5, s.epoch()));
+        let gen = s.front_gen();
+        crate::front::put(s.id, gen, "k", &s.local.get("k").unwrap());
+        s.apply_batch(&[ev("k", 9)]);
+        let g1 = s.front_gen();
+        assert_ne!(g1, gen);
+        // A fill at an older version than the guard is refused: nothing cached.
+        assert!(!s.try_cache("k", &v, 8, s.epoch()));
+        // A fill started before a fail-safe transition is removed again, and the front moves.
+        let epoch = s.epoch();
+        s.stop_serving_local();
+        assert!(s.front_gen() > g1);
+        s.resume_serving_local();
+        let g2 = s.front_gen();
+        assert!(!s.try_cache("k", &v, 10, epoch), "fill from an older epoch");
+        assert!(s.front_gen() > g2);
+        assert!(s.local.get("k").is_none());
+    }
 
     #[test]
     fn jittered_ttl_stays_within_bounds_and_spreads() {
