@@ -270,7 +270,9 @@ impl ConsumerBuilder {
     }
 
     /// How long the fill-race guard remembers a key's newest event version. Default 30 s; must
-    /// exceed the longest fill (which [`ConsumerBuilder::redis_response_timeout`] bounds).
+    /// exceed the longest fill: [`ConsumerBuilder::redis_response_timeout`] × (1 + the largest
+    /// replica count), plus [`ConsumerBuilder::loader_timeout`] when a loader is set
+    /// (`build()` checks it).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -624,6 +626,17 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The largest replica count N of any key.
+    fn max_replicas(&self) -> u32 {
+        self.prefix_replicas.iter().map(|(_, n)| *n).chain([self.replicas]).max().unwrap_or(1)
+    }
+
+    /// Upper bound of one fill: the version token read, every replica read once, the loader.
+    fn longest_fill(&self) -> Duration {
+        let reads = self.redis_response_timeout * (1 + self.max_replicas());
+        reads + if self.loader.is_some() { self.loader_timeout } else { Duration::ZERO }
+    }
+
     fn validate(&self) -> Result<(), ConsumerError> {
         let cfg = |field, reason: &str| Err(ConsumerError::Config { field, reason: reason.to_string() });
         match &self.redis {
@@ -717,8 +730,17 @@ impl ConsumerBuilder {
         if self.fill_guard_entries == 0 {
             return cfg("fill_guard_entries", "must be at least 1 entry");
         }
-        if self.fill_guard_ttl <= self.redis_response_timeout * 2 {
-            return cfg("fill_guard_ttl", "must exceed the longest fill (2 x redis_response_timeout)");
+        let longest = self.longest_fill();
+        if self.fill_guard_ttl <= longest {
+            return Err(ConsumerError::Config {
+                field: "fill_guard_ttl",
+                reason: format!(
+                    "must exceed the longest fill, {} ms (redis_response_timeout x (1 version token + {} replicas){})",
+                    longest.as_millis(),
+                    self.max_replicas(),
+                    if self.loader.is_some() { " + loader_timeout" } else { "" }
+                ),
+            });
         }
         if self.metadata_refresh.is_zero() {
             return cfg("metadata_refresh", "must be longer than 0 ms");
