@@ -1,6 +1,9 @@
 //! The invalidation listener: one dedicated OS thread per [`crate::Consumer`] that polls a
-//! librdkafka consumer assigned to *every* partition of the topic and applies each event to
-//! the local cache.
+//! librdkafka consumer assigned to *every* partition of the topic and applies the events to
+//! the local cache in batches: it waits up to 100 ms for a message, then takes everything
+//! already queued (up to 1024 messages) and applies it at once ([`Shared::apply_batch`]:
+//! one guard update and at most one eviction per distinct key). Readers never wait for the
+//! listener: the local cache is a concurrent map and no lock is held across a batch.
 //!
 //! Why a thread and a `BaseConsumer` rather than a tokio task and a `StreamConsumer`: all the
 //! work per event is synchronous (moka, a broadcast send), the metadata refresh is a blocking
@@ -150,33 +153,59 @@ pub(crate) fn spawn(
     Ok(rx)
 }
 
+/// At most this many messages are taken from librdkafka's queue and applied as one batch.
+const MAX_BATCH: usize = 1024;
+
 fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) {
     let mut lost = false;
     let mut next_refresh = Instant::now() + s.metadata_refresh;
+    let mut next_hot = Instant::now();
+    let mut batch: Vec<InvalidationEvent> = Vec::with_capacity(MAX_BATCH);
     info!(topic = %s.topic, partitions = known.len(), group_id = %s.group_id, "invalidation listener started");
     while !stop.load(SeqCst) {
-        match consumer.poll(POLL) {
-            None => {}
-            Some(Ok(msg)) => {
-                if lost {
-                    lost = false;
-                    if shared.resume_serving_local() {
-                        info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
+        // Wait up to POLL for the first message, then take whatever else is already queued
+        // (without waiting) and apply it all as one batch.
+        let mut wait = POLL;
+        let mut received = 0usize;
+        let mut error = None;
+        while received < MAX_BATCH {
+            match consumer.poll(wait) {
+                None => break,
+                Some(Ok(msg)) => {
+                    received += 1;
+                    wait = Duration::ZERO;
+                    if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
+                        batch.push(ev);
                     }
                 }
-                apply_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload());
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
             }
-            Some(Err(e)) => {
-                if stream_lost(&e) {
-                    if !lost {
-                        warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
-                    }
-                    lost = true;
-                    shared.stop_serving_local();
-                    next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
-                } else {
-                    warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+        }
+        if received > 0 {
+            if lost {
+                lost = false;
+                if shared.resume_serving_local() {
+                    info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
                 }
+            }
+            if !batch.is_empty() {
+                shared.apply_batch(&batch);
+                batch.clear();
+            }
+        }
+        if let Some(e) = error {
+            if stream_lost(&e) {
+                if !lost {
+                    warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
+                }
+                lost = true;
+                shared.stop_serving_local();
+                next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
+            } else {
+                warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
             }
         }
         if Instant::now() >= next_refresh {
@@ -192,6 +221,12 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
                 Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
             }
             next_refresh = Instant::now() + if lost { LOST_REFRESH } else { s.metadata_refresh };
+        }
+        if let Some(hot) = &shared.hot {
+            if Instant::now() >= next_hot {
+                hot.publish_metrics();
+                next_hot = Instant::now() + hot.window();
+            }
         }
     }
     info!(topic = %s.topic, "invalidation listener stopping");
@@ -230,19 +265,26 @@ fn refresh(consumer: &BaseConsumer, s: &ListenerSettings, known: &mut BTreeSet<i
     Ok(())
 }
 
-pub(crate) fn apply_message(shared: &Shared, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
+/// Parse one topic message into an event; a message without payload or that does not parse
+/// is logged (topic, partition, offset, error), counted and skipped.
+pub(crate) fn parse_message(
+    shared: &Shared,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    payload: Option<&[u8]>,
+) -> Option<InvalidationEvent> {
     let Some(payload) = payload else {
         shared.counters.bad_message();
         warn!(topic, partition, offset, "skipping invalidation message without payload");
-        return;
+        return None;
     };
     match InvalidationEvent::from_json(payload) {
-        Ok(ev) => {
-            shared.apply_event(&ev);
-        }
+        Ok(ev) => Some(ev),
         Err(e) => {
             shared.counters.bad_message();
             warn!(topic, partition, offset, error = %e, "skipping invalidation message that does not parse");
+            None
         }
     }
 }
