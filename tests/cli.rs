@@ -82,7 +82,7 @@ fn check_names_mapping_problems_against_the_schema() {
     let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}") + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
     let p = write_config("chk", &env.config_toml("current", &bad));
     let (code, out) = run_to_end(&["check"], &p);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 2, "a mapping that does not fit the schema is a config error: {out}");
     assert!(out.contains("mappings[0].keys[0]") && out.contains("`idd`"), "{out}");
     assert!(out.contains("mappings[0].payload") && out.contains("`w`"), "{out}");
     assert!(out.contains("mappings[1].table") && out.contains(".nope"), "{out}");
