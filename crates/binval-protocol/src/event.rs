@@ -189,6 +189,6 @@ mod schema_tests {
         props.sort();
         assert_eq!(props, required);
         let ops: Vec<&str> = schema["properties"]["op"]["enum"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
-        assert_eq!(ops, [Op::Insert.as_str(), Op::Update.as_str(), Op::Delete.as_str()]);
+        assert_eq!(ops, [Op::Insert.as_str(), Op::Update.as_str(), Op::Delete.as_str(), Op::Truncate.as_str()]);
     }
 }
