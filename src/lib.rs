@@ -34,6 +34,7 @@ pub mod offline;
 pub mod pipeline;
 pub mod redis_sink;
 pub mod replay;
+pub mod republish;
 pub mod source;
 pub mod telemetry;
 pub mod txn;

@@ -71,6 +71,24 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
+    /// Publish the invalidation events of a past range again, so app instances that missed
+    /// them (e.g. partitioned from the broker) apply them now. Idempotent for consumers (the
+    /// evict rule); Redis is not touched. Prints one JSON summary line.
+    Republish {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        /// Start: a UTC date-time "YYYY-MM-DD HH:MM:SS" (Kafka message time) or
+        /// PARTITION:OFFSET[,PARTITION:OFFSET...].
+        #[arg(long)]
+        from: String,
+        /// End (message time, UTC, inclusive). Default: the end of each partition at start.
+        #[arg(long)]
+        to: Option<String>,
+        /// Count what would be re-published, publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Decode a binlog file offline: one JSON line per event and per row (canonical values).
     /// Exits 1 with the file and position when the file is truncated, corrupt or undecodable.
     Decode {
@@ -89,7 +107,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = match &cli.command {
-        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } => config.clone(),
+        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } | Command::Republish { config, .. } => config.clone(),
         Command::Decode { binlog_file, start, stop } => return decode(binlog_file, *start, *stop),
     };
     let cfg = match Config::load(&path) {
@@ -113,6 +131,7 @@ fn main() -> ExitCode {
             Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, .. } => {
                 replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet).await
             }
+            Command::Republish { from, to, dry_run, .. } => republish(cfg, from, to, dry_run).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
         }
     });
@@ -188,6 +207,24 @@ async fn replay(
         let _ = tx.send(true);
     });
     let summary = binval::replay::run(&cfg, &args, |line| println!("{line}"), rx).await?;
+    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
+    Ok(())
+}
+
+async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool) -> Result<(), Error> {
+    use binval::republish::RepublishFrom;
+    let arg = |field: &str, reason: String| -> Error {
+        binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
+    };
+    let from = RepublishFrom::parse(&from).map_err(|r| arg("--from", r))?;
+    let to = match to {
+        Some(t) => match RepublishFrom::parse(&t) {
+            Ok(RepublishFrom::Time(ms)) => Some(ms),
+            _ => return Err(arg("--to", format!("`{t}`: expected a UTC date-time"))),
+        },
+        None => None,
+    };
+    let summary = binval::republish::run(&cfg, &from, to, dry_run).await?;
     println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     Ok(())
 }
