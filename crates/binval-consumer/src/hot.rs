@@ -159,7 +159,7 @@ impl HotKeys {
                 t.set(v);
                 v
             });
-            if t % n != 0 {
+            if !t.is_multiple_of(n) {
                 return;
             }
         }
