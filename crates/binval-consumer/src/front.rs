@@ -70,7 +70,7 @@ pub(crate) fn get(owner: u64, gen: u64, key: &str, now: Instant) -> Option<Entry
                 return None;
             }
             slot.uses = slot.uses.wrapping_add(1);
-            if slot.uses % REVISIT == 0 {
+            if slot.uses.is_multiple_of(REVISIT) {
                 return None;
             }
             Some(slot.entry.clone())

@@ -81,12 +81,11 @@ impl SpaceSaving {
 
     /// Count `weight` reads of `key`.
     pub(crate) fn add(&mut self, key: &str, weight: u64) {
-        if let Some((k, (count, _))) = self.counts.get_key_value(key).map(|(k, c)| (k.clone(), *c)) {
+        if let Some((k, c)) = self.counts.get_key_value(key) {
+            let (k, count, error) = (k.clone(), c.0, c.1);
             self.order.remove(&(count, k.clone()));
             self.order.insert((count + weight, k.clone()));
-            if let Some(c) = self.counts.get_mut(key) {
-                c.0 += weight;
-            }
+            self.counts.insert(k, (count + weight, error));
             return;
         }
         let k: Arc<str> = Arc::from(key);
@@ -159,7 +158,7 @@ impl HotKeys {
                 t.set(v);
                 v
             });
-            if t % n != 0 {
+            if !t.is_multiple_of(n) {
                 return;
             }
         }

@@ -223,7 +223,8 @@
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
 //!
 //! The hot-key gauges are set once per hot-key window by the listener thread and on every
-//! [`Consumer::hot_keys`] call; the `key` label is bounded by the top K at any time.
+//! [`Consumer::hot_keys`] call; at most K `key` labels are non-zero at any time (a key that
+//! left the top K stays exported at 0, so the label set grows with the churn of hot keys).
 //!
 //! # Not yet
 //!
