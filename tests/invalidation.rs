@@ -144,3 +144,110 @@ async fn republish_makes_an_instance_that_missed_an_event_evict() {
     a.shutdown().await;
     run.stop().await;
 }
+
+/// TRUNCATE of a mapped table: one `truncate` event evicts every cached key of the table from
+/// every instance; keys of other tables stay; the next read finds no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_evicts_every_key_of_the_table() {
+    let env = Env::new("trunc", RedisKind::Cluster);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(50))").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n\n[[mappings]]\ntable = \"{db}.tags\"\nkeys = [\"{p}:tag:{id}\"]\nreplicas = 4\n";
+    let run = common::start(env.config(&start, mapping));
+    env.exec("INSERT INTO items VALUES (1, 'a'), (2, 'b')").await;
+    let v = env.exec_v("INSERT INTO tags VALUES (1, 'red')").await;
+    let mut r = env.redis_client();
+    let (i1, i2, t1) = (format!("{}:item:1", env.prefix), format!("{}:item:2", env.prefix), format!("{}:tag:1", env.prefix));
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&t1, v)), v);
+    let a = app(&env).await;
+    for k in [&i1, &i2, &t1] {
+        assert!(a.get(k).await.unwrap().is_some());
+        assert!(a.cached_version(k).is_some());
+    }
+    let mut sub = a.subscribe_evictions();
+    let vt = env.exec_v("TRUNCATE TABLE items").await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n = sub.recv().await.unwrap();
+            if n.version == vt {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("truncate event applied");
+    assert_eq!(a.cached_version(&i1), None);
+    assert_eq!(a.cached_version(&i2), None);
+    assert!(a.cached_version(&t1).is_some(), "another table's key stays cached");
+    assert_eq!(a.get(&i1).await.unwrap(), None, "the row is gone: replicas hold no payload any more");
+    a.shutdown().await;
+    run.stop().await;
+}
+
+/// Fail safe (I5): the broker hangs (frozen: no errors, no answers) under a reading app while
+/// the database keeps changing. After the staleness bound the app serves no value older than
+/// the database's (it reads Redis, which binval keeps writing); when the broker answers again
+/// it serves locally again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let broker = tk::OwnedBroker::start_new().unwrap();
+    let env = Env::new("hung", RedisKind::Standalone);
+    broker.create_topic(&env.topic, 3).unwrap();
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let text = env.config_toml(&start, mapping).replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));
+    let run = common::start(binval::config::Config::from_toml(&text).unwrap());
+    let key = format!("{}:item:1", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items VALUES (1, 1)").await;
+    let mut r = env.redis_client();
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v1)), v1);
+    let bound = Duration::from_millis(1000);
+    let a = Consumer::builder()
+        .brokers(broker.bootstrap())
+        .topic(env.topic.clone())
+        .replicas(4)
+        .redis_standalone(tk::redis().url())
+        .max_staleness(Some(bound))
+        .kafka_request_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["v"], 1);
+    assert_eq!(a.cached_version(&key), Some(v1));
+
+    broker.freeze(true);
+    let frozen = Instant::now();
+    let v2 = env.exec_v("UPDATE items SET v = 2 WHERE id = 1").await;
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v2)), v2, "Redis moves on (events wait for the broker)");
+    // Within the bound plus one check (bound / 2) and the watermark request timeout, the app
+    // must stop serving its old local value.
+    let deadline = frozen + bound + bound / 2 + Duration::from_millis(500) + Duration::from_millis(500);
+    let mut served_new_at = None;
+    while Instant::now() < deadline + Duration::from_secs(3) {
+        let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+        if v["v"] == 2 {
+            served_new_at = Some(frozen.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = served_new_at.expect("the app kept serving the old value although its stream was stuck");
+    assert!(frozen + at <= deadline, "stale value served {:?} after the broker hung (bound {:?})", at, bound);
+    assert!(!a.is_serving_local(), "bypassing the local cache while the stream is stuck");
+    println!("broker hung: app served the database's value again after {:.0} ms (bound {} ms)", at.as_secs_f64() * 1000.0, bound.as_millis());
+
+    broker.freeze(false);
+    let until = Instant::now() + Duration::from_secs(15);
+    while !a.is_serving_local() {
+        assert!(Instant::now() < until, "did not resume serving locally after the broker answered again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["v"], 2);
+    a.shutdown().await;
+    run.stop().await;
+}

@@ -48,6 +48,7 @@ pub struct ConsumerBuilder {
     fill_guard_ttl: Duration,
     metadata_refresh: Duration,
     kafka_request_timeout: Duration,
+    max_staleness: Option<Duration>,
     shutdown_timeout: Duration,
     eviction_channel_capacity: usize,
     group_id_prefix: String,
@@ -88,6 +89,7 @@ impl Default for ConsumerBuilder {
             fill_guard_ttl: Duration::from_secs(30),
             metadata_refresh: Duration::from_secs(5),
             kafka_request_timeout: Duration::from_secs(5),
+            max_staleness: Some(Duration::from_secs(2)),
             shutdown_timeout: Duration::from_secs(5),
             eviction_channel_capacity: 4096,
             group_id_prefix: "binval-consumer".into(),
@@ -294,6 +296,23 @@ impl ConsumerBuilder {
     /// ```
     pub fn metadata_refresh(mut self, every: Duration) -> Self {
         self.metadata_refresh = every;
+        self
+    }
+
+    /// The lag bound of the fail safe (invariant I5): the listener checks every half of it that
+    /// it has read every partition up to the broker's high watermark; when it could not
+    /// confirm that for longer than the bound (the broker is silent, the network drops packets
+    /// without resetting connections, or the listener fell behind), the consumer stops serving
+    /// local values until a check succeeds again (then it clears the cache and resumes).
+    /// `None` turns the check off (only broker errors trigger the fail safe). Default 2 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_staleness(Some(Duration::from_millis(500)));
+    /// ```
+    pub fn max_staleness(mut self, bound: Option<Duration>) -> Self {
+        self.max_staleness = bound;
         self
     }
 
@@ -745,6 +764,9 @@ impl ConsumerBuilder {
         if self.metadata_refresh.is_zero() {
             return cfg("metadata_refresh", "must be longer than 0 ms");
         }
+        if self.max_staleness.is_some_and(|b| b < Duration::from_millis(100)) {
+            return cfg("max_staleness", "must be at least 100 ms (or None to turn the check off)");
+        }
         if self.kafka_request_timeout.is_zero() {
             return cfg("kafka_request_timeout", "must be longer than 0 ms");
         }
@@ -782,6 +804,7 @@ impl ConsumerBuilder {
             properties: self.kafka_properties.clone(),
             metadata_refresh: self.metadata_refresh,
             request_timeout: self.kafka_request_timeout,
+            max_staleness: self.max_staleness,
         };
 
         // Metadata, watermarks and assign are blocking librdkafka calls.

@@ -122,8 +122,19 @@
 //! locally: [`Consumer::get`] reads Redis every time and caches nothing
 //! ([`Consumer::is_serving_local`] is `false`, metric `binval_consumer_serving_local` 0). When
 //! the stream is back (a message arrives, or the broker answers a metadata request) the listener
-//! clears the whole local cache and then serves locally again. This is the minimal version:
-//! a stream that is silently stuck without an error is not detected yet.
+//! clears the whole local cache and then serves locally again.
+//!
+//! A stream can also stall without any error: a broker that hangs, a network that drops
+//! packets without resetting connections, a listener that falls behind a burst. So the listener
+//! checks every half [`ConsumerBuilder::max_staleness`] (default 2 s) that it has read each
+//! partition up to the high watermark the broker reports *now*; when it could not confirm that
+//! for longer than the bound, it stops serving locally in the same way, and resumes (clearing
+//! the cache first) only after a check succeeds. So no local value older than the bound plus
+//! one check is served while the stream is stuck (invariant I5).
+//!
+//! A `truncate` event (TRUNCATE / DROP TABLE of a mapped table; its `key` is the key template)
+//! evicts every cached key with the template's literal prefix and an older version, and the
+//! fill-race guard refuses older fills of such keys for `fill_guard_ttl`.
 //!
 //! # Single-flight
 //!

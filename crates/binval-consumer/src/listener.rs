@@ -10,7 +10,7 @@
 //! librdkafka call, and a thread can be abandoned if librdkafka's teardown hangs, without
 //! blocking an async runtime. Shutdown latency is bounded by the poll interval (100 ms).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,6 +37,7 @@ pub(crate) struct ListenerSettings {
     pub properties: Vec<(String, String)>,
     pub metadata_refresh: Duration,
     pub request_timeout: Duration,
+    pub max_staleness: Option<Duration>,
 }
 
 pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, ConsumerError> {
@@ -92,8 +93,9 @@ fn partitions(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<
 /// librdkafka resolves "the end" only when its fetcher starts, some time after `assign()`
 /// returned, and a message published in between would be skipped. Reading the watermarks
 /// first means every message published after this function returns is consumed.
-pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
+pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeMap<i32, i64>, ConsumerError> {
     let ids = partitions(consumer, s)?;
+    let mut starts = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for &p in &ids {
         let (_low, high) = consumer.fetch_watermarks(&s.topic, p, s.request_timeout).map_err(|e| {
@@ -101,12 +103,13 @@ pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -
         })?;
         tpl.add_partition_offset(&s.topic, p, Offset::Offset(high))
             .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+        starts.insert(p, high);
         debug!(topic = %s.topic, partition = p, offset = high, "assigning partition at its high watermark");
     }
     consumer
         .assign(&tpl)
         .map_err(|e| ConsumerError::kafka(format!("assign {} partitions of topic `{}`", ids.len(), s.topic), e))?;
-    Ok(ids)
+    Ok(starts)
 }
 
 /// Sets the fail-safe when the listener thread ends for any reason other than shutdown
@@ -133,7 +136,7 @@ impl Drop for ExitGuard {
 /// Start the listener thread. `done` fires after the librdkafka consumer was dropped.
 pub(crate) fn spawn(
     consumer: BaseConsumer,
-    known: BTreeSet<i32>,
+    known: BTreeMap<i32, i64>,
     settings: ListenerSettings,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
@@ -143,7 +146,7 @@ pub(crate) fn spawn(
         .name("binval-inval".into())
         .spawn(move || {
             let guard = ExitGuard { shared: shared.clone(), stop: stop.clone(), done: Some(tx) };
-            run(&consumer, known, &settings, &shared, &stop);
+            let consumer = run(consumer, known, &settings, &shared, &stop);
             // librdkafka teardown (rd_kafka_consumer_close + destroy) happens here and can
             // hang; shutdown() only waits a bounded time for `done`.
             drop(consumer);
@@ -156,8 +159,22 @@ pub(crate) fn spawn(
 /// At most this many messages are taken from librdkafka's queue and applied as one batch.
 const MAX_BATCH: usize = 1024;
 
-fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) {
+/// Behind (or unconfirmed) this many bounds in a row: the consumer's broker connections are
+/// presumed wedged (a half-open TCP connection, a broker that stopped answering on it) and the
+/// librdkafka consumer is rebuilt at the positions read so far.
+const REBUILD_AFTER_BOUNDS: u32 = 4;
+
+fn run(mut consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) -> BaseConsumer {
+    let mut known: BTreeSet<i32> = starts.keys().copied().collect();
+    // A second client only for the lag check: its watermark requests must not queue behind
+    // the main consumer's long-polling fetches on the same connection.
+    let mut checker = s.max_staleness.and_then(|_| create_consumer(s).map_err(|e| warn!(error = %e, "lag checker not started")).ok());
+    // Next offset to read per partition (for the lag check).
+    let mut next_offset = starts;
     let mut lost = false;
+    let mut behind = false;
+    let mut last_caught_up = Instant::now();
+    let mut next_check = Instant::now() + s.max_staleness.map(|b| b / 2).unwrap_or(Duration::MAX / 4);
     let mut next_refresh = Instant::now() + s.metadata_refresh;
     let mut next_hot = Instant::now();
     let mut batch: Vec<InvalidationEvent> = Vec::with_capacity(MAX_BATCH);
@@ -174,6 +191,8 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
                 Some(Ok(msg)) => {
                     received += 1;
                     wait = Duration::ZERO;
+                    let n = next_offset.entry(msg.partition()).or_insert(0);
+                    *n = (*n).max(msg.offset() + 1);
                     if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
                         batch.push(ev);
                     }
@@ -185,7 +204,7 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
             }
         }
         if received > 0 {
-            if lost {
+            if lost && !behind {
                 lost = false;
                 if shared.resume_serving_local() {
                     info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
@@ -208,10 +227,44 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
                 warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
             }
         }
+        if let (Some(bound), Some(check), true) = (s.max_staleness, checker.as_ref(), Instant::now() >= next_check) {
+            let started = Instant::now();
+            match caught_up(check, s, &next_offset, bound / 2) {
+                Ok(true) => {
+                    last_caught_up = started;
+                    if behind {
+                        behind = false;
+                        lost = false;
+                        if shared.resume_serving_local() {
+                            info!(topic = %s.topic, "invalidation stream caught up again; local cache cleared, serving locally again");
+                        }
+                    }
+                }
+                Ok(false) => debug!(topic = %s.topic, "listener behind the high watermark"),
+                Err(e) => debug!(topic = %s.topic, error = %e, "lag check failed"),
+            }
+            if !behind && last_caught_up.elapsed() > bound {
+                warn!(topic = %s.topic, bound_ms = bound.as_millis() as u64, "invalidation stream not confirmed caught up within the bound; bypassing the local cache until it is");
+                behind = true;
+                shared.stop_serving_local();
+            }
+            if behind && last_caught_up.elapsed() > bound * REBUILD_AFTER_BOUNDS {
+                match rebuild(s, &next_offset) {
+                    Ok(c) => {
+                        info!(topic = %s.topic, "invalidation consumer rebuilt (connections presumed wedged); reading on from the last positions");
+                        consumer = c;
+                        checker = create_consumer(s).ok();
+                    }
+                    Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
+                }
+                last_caught_up = Instant::now() - bound - Duration::from_millis(1);
+            }
+            next_check = Instant::now() + bound / 2;
+        }
         if Instant::now() >= next_refresh {
-            match refresh(consumer, s, &mut known) {
+            match refresh(&consumer, s, &mut known) {
                 Ok(()) => {
-                    if lost {
+                    if lost && !behind {
                         lost = false;
                         if shared.resume_serving_local() {
                             info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
@@ -230,6 +283,30 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
         }
     }
     info!(topic = %s.topic, "invalidation listener stopping");
+    consumer
+}
+
+/// A new consumer assigned at `next` (the next offset to read per partition).
+fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsumer, ConsumerError> {
+    let c = create_consumer(s)?;
+    let mut tpl = TopicPartitionList::new();
+    for (&p, &o) in next {
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(o)).map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+    }
+    c.assign(&tpl).map_err(|e| ConsumerError::kafka(format!("assign topic `{}`", s.topic), e))?;
+    Ok(c)
+}
+
+/// Whether every partition was read up to the high watermark the broker reports now. Errors
+/// when a watermark request fails or times out (`timeout` each).
+fn caught_up(consumer: &BaseConsumer, s: &ListenerSettings, next: &BTreeMap<i32, i64>, timeout: Duration) -> Result<bool, KafkaError> {
+    for (&p, &n) in next {
+        let (_low, high) = consumer.fetch_watermarks(&s.topic, p, timeout)?;
+        if n < high {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Errors after which events may be missed: every broker is unreachable, or librdkafka

@@ -212,6 +212,10 @@ pub(crate) struct Shared {
     pub limiter: Limiter,
     /// Newest event version seen per recently invalidated key (the fill-race guard).
     pub guard: Cache<String, Version>,
+    /// The same for table-wide invalidations (`truncate` events): key prefix -> version, kept
+    /// as long as the per-key guard (`guard_ttl`).
+    prefix_guard: std::sync::RwLock<Vec<(String, Version, Instant)>>,
+    guard_ttl: Duration,
     pub counters: Arc<Counters>,
     /// Read counter for hot-key detection (`None` when detection is off).
     pub hot: Option<HotKeys>,
@@ -283,6 +287,8 @@ impl Shared {
             stale,
             limiter: Limiter::new(&limits),
             guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
+            prefix_guard: std::sync::RwLock::new(Vec::new()),
+            guard_ttl: s.guard_ttl,
             counters,
             hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
@@ -350,7 +356,40 @@ impl Shared {
     }
 
     fn guard_refuses(&self, key: &str, version: Version) -> bool {
-        self.guard.get(key).is_some_and(|newest| version < newest)
+        if self.guard.get(key).is_some_and(|newest| version < newest) {
+            return true;
+        }
+        let prefixes = self.prefix_guard.read().unwrap_or_else(|e| e.into_inner());
+        prefixes.iter().any(|(p, v, _)| version < *v && key.starts_with(p.as_str()))
+    }
+
+    /// A `truncate` event: every key of a template is stale at `version`. Raise the prefix
+    /// guard, then evict every cached key with the template's literal prefix and an older
+    /// version. Returns the number of entries evicted.
+    fn apply_truncate(&self, template: &str, version: Version) -> u64 {
+        // A template that does not parse (a newer writer?) degrades to "everything".
+        let prefix = binval_protocol::KeyTemplate::parse(template).map(|t| t.literal_prefix().to_string()).unwrap_or_default();
+        {
+            let mut g = self.prefix_guard.write().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            g.retain(|(_, _, at)| now.duration_since(*at) < self.guard_ttl);
+            g.push((prefix.clone(), version, now));
+        }
+        let victims: Vec<Arc<String>> =
+            self.local.iter().filter(|(k, e)| k.starts_with(prefix.as_str()) && should_evict(e.version, version)).map(|(k, _)| k).collect();
+        let mut n = 0;
+        for k in victims {
+            if let CompResult::Removed(e) = self.local.entry_by_ref(k.as_str()).and_compute_with(|cur| match cur {
+                Some(e) if should_evict(e.value().version, version) => Op::Remove,
+                _ => Op::Nop,
+            }) {
+                if let Some(stale) = &self.stale {
+                    stale.insert(k.to_string(), e.into_value().value);
+                }
+                n += 1;
+            }
+        }
+        n
     }
 
     /// A new entry for a fill: its TTL drawn with jitter, its refresh-ahead mark.
@@ -412,7 +451,12 @@ impl Shared {
     pub(crate) fn apply_batch(&self, events: &[InvalidationEvent]) -> Vec<EvictionNotice> {
         // Newest version per key in this batch, and the index of the event that carries it.
         let mut newest: HashMap<&str, (Version, usize)> = HashMap::with_capacity(events.len());
+        let mut truncated = 0u64;
         for (i, ev) in events.iter().enumerate() {
+            if ev.op == binval_protocol::Op::Truncate {
+                truncated += self.apply_truncate(&ev.key, ev.version);
+                continue;
+            }
             let e = newest.entry(ev.key.as_str()).or_insert((ev.version, i));
             if ev.version > e.0 {
                 *e = (ev.version, i);
@@ -440,7 +484,7 @@ impl Shared {
         // one of these keys that already left moka (by size), which no eviction above saw.
         self.bump_front();
         let applied_at_ms = now_ms();
-        let evictions = evicted_at.iter().filter(|e| **e).count() as u64;
+        let evictions = evicted_at.iter().filter(|e| **e).count() as u64 + truncated;
         self.counters.events(events.len() as u64, evictions);
         let subscribed = self.notices.receiver_count() > 0;
         events
@@ -500,6 +544,26 @@ mod tests {
             commit_time_ms: 0,
             publish_time_ms: 0,
         }
+    }
+
+    /// A `truncate` event evicts every older key of the template's prefix, refuses older fills
+    /// of such keys afterwards, and leaves other keys and newer entries alone.
+    #[test]
+    fn truncate_evicts_by_prefix_and_guards_fills() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("x");
+        assert!(s.try_cache("p:item:1", &v, 5, s.epoch()));
+        assert!(s.try_cache("p:item:2", &v, 12, s.epoch()));
+        assert!(s.try_cache("p:tag:1", &v, 5, s.epoch()));
+        let mut t = ev("p:item:{id}", 10);
+        t.op = EvOp::Truncate;
+        s.apply_batch(&[t]);
+        assert!(s.local.get("p:item:1").is_none(), "older entry of the table evicted");
+        assert!(s.local.get("p:item:2").is_some(), "entry newer than the truncate stays");
+        assert!(s.local.get("p:tag:1").is_some(), "other prefix stays");
+        assert!(!s.try_cache("p:item:3", &v, 9, s.epoch()), "a fill older than the truncate is refused");
+        assert!(s.try_cache("p:item:3", &v, 10, s.epoch()), "a fill at or after it is cached");
+        assert!(s.try_cache("p:tag:2", &v, 9, s.epoch()));
     }
 
     /// The front remembers an entry the local cache no longer holds (dropped for size); an
