@@ -132,6 +132,11 @@
 //! the cache first) only after a check succeeds. So no local value older than the bound plus
 //! one check is served while the stream is stuck (invariant I5).
 //!
+//! A gap in a partition's offsets (events deleted by retention before they were read, a
+//! broker that lost its log) clears the local cache at once: an event that would have evicted
+//! an entry may be among the missing ones. There is no consumer group, so no rebalance can
+//! move partitions away from an instance.
+//!
 //! A `truncate` event (TRUNCATE / DROP TABLE of a mapped table; its `key` is the key template)
 //! evicts every cached key with the template's literal prefix and an older version, and the
 //! fill-race guard refuses older fills of such keys for `fill_guard_ttl`.

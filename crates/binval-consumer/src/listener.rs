@@ -191,7 +191,19 @@ fn run(mut consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSetti
                 Some(Ok(msg)) => {
                     received += 1;
                     wait = Duration::ZERO;
-                    let n = next_offset.entry(msg.partition()).or_insert(0);
+                    let n = next_offset.entry(msg.partition()).or_insert(msg.offset());
+                    if msg.offset() > *n {
+                        // Offsets of this topic are contiguous (binval's producer is not
+                        // transactional, the topic is not compacted): a jump means events were
+                        // lost to retention or a broker log loss. Entries they would have
+                        // evicted may be cached: clear the local cache.
+                        warn!(topic = %s.topic, partition = msg.partition(), expected = *n, got = msg.offset(), "gap in the invalidation stream; clearing the local cache");
+                        // (While not serving locally, the coming resume clears it anyway.)
+                        if shared.is_serving_local() {
+                            shared.stop_serving_local();
+                            shared.resume_serving_local();
+                        }
+                    }
                     *n = (*n).max(msg.offset() + 1);
                     if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
                         batch.push(ev);
