@@ -31,13 +31,6 @@ async fn main() -> anyhow::Result<()> {
 
     let mut db = mysql_async::Conn::from_url(mysql.as_str()).await?;
     db.query_drop("CREATE TABLE IF NOT EXISTS items (id INT PRIMARY KEY, title VARCHAR(200) NOT NULL, price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, updated DATETIME(3) NOT NULL)").await?;
-    for id in 1..=keys {
-        db.exec_drop(
-            "INSERT INTO items VALUES (?, ?, 10.00, 100, NOW(3)) ON DUPLICATE KEY UPDATE title = VALUES(title), updated = NOW(3)",
-            (id, format!("product {id}")),
-        )
-        .await?;
-    }
 
     let mut apps = Vec::new();
     for _ in 0..2 {
@@ -55,15 +48,35 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("2 app instances listening on topic {topic}");
 
-    // Let binval catch up with the seeding inserts, then warm both local caches.
+    // Seed the rows now that both instances listen, and wait until each has received the
+    // seeding event of every key, so none arrives during the measured updates.
     let key = |id: u32| format!("item:detail:{id}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = apps[0].get(&key(keys)).await?;
-        if v.is_some() || Instant::now() > deadline {
-            break;
+    let mut seeding: Vec<_> = apps.iter().map(|a| a.subscribe_evictions()).collect();
+    let mut seeded = std::collections::HashMap::new();
+    for id in 1..=keys {
+        db.exec_drop(
+            "INSERT INTO items VALUES (?, ?, 10.00, 100, NOW(3)) ON DUPLICATE KEY UPDATE title = VALUES(title), updated = NOW(3)",
+            (id, format!("product {id}")),
+        )
+        .await?;
+        let g: String = db.query_first("SELECT @@last_gtid").await?.unwrap_or_default();
+        seeded.insert(key(id), g.rsplit('-').next().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0));
+    }
+    for (i, sub) in seeding.iter_mut().enumerate() {
+        let mut pending = seeded.clone();
+        let waited = tokio::time::timeout(Duration::from_secs(30), async {
+            while !pending.is_empty() {
+                if let Ok(n) = sub.recv().await {
+                    if pending.get(&n.key).is_some_and(|v| n.version >= *v) {
+                        pending.remove(&n.key);
+                    }
+                }
+            }
+        })
+        .await;
+        if waited.is_err() {
+            anyhow::bail!("app-{i} did not receive the seeding events within 30 s: is `binval run` running?");
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut listeners: Vec<_> = apps.iter().map(|a| a.subscribe_evictions()).collect();
     let mut lat: Vec<Vec<f64>> = vec![Vec::new(), Vec::new()];
@@ -93,6 +106,7 @@ async fn main() -> anyhow::Result<()> {
             if got {
                 lat[i].push((t0.elapsed() - committed).as_secs_f64() * 1000.0);
             } else {
+                eprintln!("app-{i}: no eviction observed for update {n} of {} (cached version {:?})", key(id), apps[i].cached_version(&key(id)));
                 missing += 1;
             }
         }
@@ -113,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
     }
     for (i, a) in apps.iter().enumerate() {
         let s = a.stats();
-        println!("app-{i}: hits {} misses {} fills {} events {} evictions {}", s.hits, s.misses, s.fills, s.events, s.evictions);
+        println!("app-{i}: hits {} misses {} fills {} refused {} bypass {} events {} evictions {}", s.hits, s.misses, s.fills, s.fills_refused, s.bypass_reads, s.events, s.evictions);
     }
     for a in &apps {
         a.shutdown().await;
