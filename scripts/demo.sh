@@ -5,7 +5,9 @@
 #   3. binval check, then binval run --config config/demo.toml in the background
 #   4. the demo app: 2 app instances with local caches; 200 updates in MariaDB; prints the
 #      commit -> eviction latency per instance and checks each then reads the new value
-#   5. SIGTERM to binval: it drains, saves its checkpoint and must exit 0
+#   5. the product_api example (an axum HTTP service reading through binval-consumer):
+#      GET /products/1 before and after an UPDATE, and its /stats
+#   6. SIGTERM to binval: it drains, saves its checkpoint and must exit 0
 # Services stay up afterwards (scripts/services.sh down stops them).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +16,7 @@ case ":$PATH:" in *":${HOME:-/root}/.cargo/bin:"*) ;; *) export PATH="$PATH:${HO
 scripts/services.sh up
 echo "==> building binval and the demo app (release)"
 cargo build --release --locked --bin binval --example demo
+cargo build --release --locked -p binval-consumer --example product_api
 
 STATE="${BINVAL_STATE:-$PWD/.state}"
 mkdir -p "$STATE"
@@ -37,6 +40,31 @@ grep -q "replica connection open" "$LOG" || { cat "$LOG"; echo "binval did not c
 
 echo "==> demo app"
 target/release/examples/demo
+
+echo "==> product_api (HTTP service through binval-consumer)"
+API_PORT="${DEMO_API_PORT:-18080}"
+API_LOG="$STATE/product_api.log"
+LISTEN_ADDR="127.0.0.1:$API_PORT" \
+BINVAL_REDIS_URLS="redis://127.0.0.1:17001,redis://127.0.0.1:17002,redis://127.0.0.1:17003" \
+BINVAL_BROKERS="127.0.0.1:19092" BINVAL_TOPIC="binval.invalidations" \
+  target/release/examples/product_api >"$API_LOG" 2>&1 &
+api=$!
+cleanup() { kill -TERM "$pid" "$api" 2>/dev/null || true; }
+api_get() { curl -fsS "http://127.0.0.1:$API_PORT$1"; }
+for _ in $(seq 1 100); do api_get /stats >/dev/null 2>&1 && break; sleep 0.1; done
+echo "GET /products/1: $(api_get /products/1)"
+mariadb_sql() { "$(command -v mariadb || command -v mysql)" --no-defaults -uapp -papp -h127.0.0.1 -P13306 --protocol=TCP shop -e "$1"; }
+mariadb_sql "UPDATE items SET price = 99.99 WHERE id = 1"
+got=""
+for _ in $(seq 1 50); do
+  got="$(api_get /products/1)"
+  case "$got" in *'"99.99"'*) break ;; esac
+  sleep 0.02
+done
+echo "after UPDATE ... price = 99.99: $got"
+case "$got" in *'"99.99"'*) ;; *) echo "product_api did not serve the new price within 1 s" >&2; exit 1 ;; esac
+echo "GET /stats: $(api_get /stats)"
+kill -TERM "$api"; wait "$api" 2>/dev/null || true
 
 echo "==> stopping binval (SIGTERM)"
 trap - EXIT

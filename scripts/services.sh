@@ -72,6 +72,7 @@ cmd_install() {
   { find_bin cc >/dev/null && find_bin make >/dev/null; } || pkgs+=(build-essential)
   find_bin pkg-config >/dev/null || pkgs+=(pkg-config)
   find_bin perl >/dev/null || pkgs+=(perl)
+  find_bin curl >/dev/null || pkgs+=(curl)  # the demo queries the product_api example
   if ((${#pkgs[@]})); then
     # shellcheck disable=SC2207
     pkgs=($(printf '%s\n' "${pkgs[@]}" | sort -u))
