@@ -15,6 +15,9 @@
 //! Events are read with mysql_async's binlog stream and mysql_common's event parser. MariaDB's
 //! own GTID event (type 162) is not parsed by mysql_common 0.37, so binval reads its fixed
 //! 13-byte body (seq_no u64 LE, domain_id u32 LE, flags u8; MariaDB `Gtid_log_event`) itself.
+//! MariaDB compressed events (`log_bin_compress=ON`, types 165-171) are decompressed into the
+//! plain QUERY / row events they wrap ([`crate::decode::uncompress_mariadb_event`]) and then
+//! handled like those; one that cannot be decompressed stops the source with its position.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +39,9 @@ use crate::txn::{Assembler, Boundary, Transaction};
 
 /// MariaDB GTID_EVENT type code.
 const MARIADB_GTID_EVENT: u8 = 162;
+/// Event header flag: a replica that does not know the event type may skip it
+/// (`LOG_EVENT_IGNORABLE_F`, MySQL/MariaDB log_event.h).
+const LOG_EVENT_IGNORABLE_F: u16 = 0x80;
 /// MariaDB Gtid_log_event flag: the group is one statement with no COMMIT.
 const MARIADB_FL_STANDALONE: u8 = 1;
 
@@ -99,12 +105,6 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
         return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: "unsupported by this server".into(), want: "FULL" }.into());
     };
     let log_bin: Option<String> = conn.query_first("SELECT @@log_bin").await.map_err(q)?;
-    if version.to_ascii_lowercase().contains("mariadb") {
-        let compress: Option<String> = conn.query_first("SELECT @@log_bin_compress").await.map_err(q)?;
-        if matches!(compress.as_deref(), Some("1") | Some("ON")) {
-            return Err(DefiniteError::SourceSetting { setting: "log_bin_compress", found: "ON".into(), want: "OFF" }.into());
-        }
-    }
     if log_bin.as_deref() != Some("1") && log_bin.as_deref() != Some("ON") {
         return Err(DefiniteError::SourceSetting { setting: "log_bin", found: log_bin.unwrap_or_default(), want: "ON" }.into());
     }
@@ -319,16 +319,30 @@ async fn read_once(
             asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: flags & MARIADB_FL_STANDALONE != 0 });
             continue;
         }
-        if (166..=171).contains(&header.event_type_raw()) {
-            return Err(DefiniteError::UnsupportedEvent(format!(
-                "compressed MariaDB row event at {}: set log_bin_compress=OFF on the source (binval does not decode compressed events yet and never skips rows)",
-                at()
-            ))
-            .into());
-        }
+        // MariaDB log_bin_compress=ON: QUERY_COMPRESSED and the compressed row events become
+        // the plain events they wrap; a record that cannot be decompressed stops the stream.
+        let uncompressed;
+        let ev = if crate::decode::mariadb_compressed_plain_type(header.event_type_raw()).is_some() {
+            uncompressed = crate::decode::uncompress_mariadb_event(&ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+            &uncompressed
+        } else {
+            &ev
+        };
         let data = match ev.read_data() {
             Ok(Some(d)) => d,
-            Ok(None) => continue, // event type mysql_common does not know (MariaDB 160-171 ...)
+            // Types mysql_common does not know: MySQL's HEARTBEAT_LOG_EVENT_V2 (41) and
+            // MariaDB's ANNOTATE_ROWS (160), BINLOG_CHECKPOINT (161), GTID_LIST (163) and
+            // START_ENCRYPTION (164) carry no rows; any other one is skipped only when the
+            // server marks it ignorable (LOG_EVENT_IGNORABLE_F).
+            Ok(None) if matches!(header.event_type_raw(), 41 | 160 | 161 | 163 | 164) || header.flags_raw() & LOG_EVENT_IGNORABLE_F != 0 => continue,
+            Ok(None) => {
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "unknown binlog event type {} at {} (not marked ignorable): binval does not skip events it cannot read",
+                    header.event_type_raw(),
+                    at()
+                ))
+                .into())
+            }
             Err(e) => return Err(TransientError::Source(format!("unreadable event at {}: {e}", at())).into()),
         };
         let finished = match data {
@@ -396,6 +410,11 @@ async fn read_once(
                 let text = q.query();
                 let t = text.trim();
                 let upper: String = t.chars().take(12).collect::<String>().to_ascii_uppercase();
+                if t.starts_with("# Dummy event replacing event type") {
+                    // MariaDB replaces events a replica declared it cannot handle (by
+                    // @mariadb_slave_capability) with this comment: the real event is lost.
+                    return Err(DefiniteError::UnsupportedEvent(format!("at {}: the source sent a placeholder instead of an event ({t}); binval never accepts it in place of row events", at())).into());
+                }
                 if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
                     None
                 } else if upper.starts_with("XA COMMIT") && asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {

@@ -3,6 +3,8 @@
 //! reader over the server's own binlog file) must produce the expected row images. Cases that
 //! need MySQL-only features are covered by tests/offline.rs over ../shared/binlogs instead.
 
+mod support;
+
 use std::path::PathBuf;
 
 use base64::Engine as _;
@@ -152,4 +154,88 @@ fn case_18_ddl_add_column_midstream() {
     })
     .unwrap();
     assert_eq!(images, objects, "E1..E5 row images with the column names of their time");
+}
+
+/// The five row changes of case 23 (`mz`), as [`support::row_json`] values.
+fn case_23_expected(table: &str) -> Vec<Value> {
+    let (x, y, z) = ("x".repeat(400), "y".repeat(450), "z".repeat(400));
+    vec![
+        serde_json::json!({"kind": "insert", "table": table, "after": {"id": 1, "v": x}}),
+        serde_json::json!({"kind": "insert", "table": table, "after": {"id": 2, "v": "short"}}),
+        serde_json::json!({"kind": "update", "table": table, "before": {"id": 1, "v": x}, "after": {"id": 1, "v": y}}),
+        serde_json::json!({"kind": "delete", "table": table, "before": {"id": 2, "v": "short"}}),
+        serde_json::json!({"kind": "insert", "table": table, "after": {"id": 3, "v": z}}),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case_23_mariadb_compressed_events() {
+    // MariaDB with log_bin_compress=ON: QUERY_COMPRESSED and compressed row events, decoded on
+    // the live replica connection (from a file:pos and from a MariaDB GTID position) and by the
+    // offline reader, to the same values as uncompressed events.
+    let db = tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-annotate-row-events=ON"]).unwrap();
+    let (sql, _) = case("23-mariadb-specific-and-compressed-events.md");
+    let name = db.create_database("case23").unwrap();
+    let table = format!("{name}.mz");
+    let from = support::binlog_now(&db);
+    let gtid_before = db.sql("SELECT @@gtid_binlog_pos").unwrap().trim().to_string();
+    let mut live = support::Live::at(&db, &[table.clone()], &from);
+    db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
+    let want = case_23_expected(&table);
+    assert_eq!(live.rows(5, 30).await, want, "live, from {}:{}", from.0, from.1);
+    live.stop().await;
+
+    // The binlog really holds compressed events (else this test proves nothing).
+    let mut names = std::collections::BTreeSet::new();
+    let mut files: Vec<String> = db.sql("SHOW BINARY LOGS").unwrap().lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
+    files.retain(|f| *f >= from.0);
+    for f in &files {
+        binval::offline::read_file(&db.datadir.join(f), None, None, |l| {
+            names.insert(l["event"].as_str().unwrap_or_default().to_string());
+        })
+        .unwrap();
+    }
+    for n in ["MARIADB_QUERY_COMPRESSED", "MARIADB_WRITE_ROWS_COMPRESSED_V1", "MARIADB_UPDATE_ROWS_COMPRESSED_V1", "MARIADB_DELETE_ROWS_COMPRESSED_V1", "MARIADB_ANNOTATE_ROWS"] {
+        assert!(names.contains(n), "{n} not in the binlog: {names:?}");
+    }
+    assert_eq!(support::offline_rows(&db, &from, &name).unwrap(), want, "offline");
+
+    // Restart from a MariaDB GTID position taken before the first INSERT.
+    let mut live = support::Live::start(&db, &[table.clone()], binval::source::Resume::Gtid(gtid_before.clone()));
+    assert_eq!(live.rows(5, 30).await, want, "live, from gtid {gtid_before}");
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_events_large_values_and_ddl() {
+    // Values whose compressed record needs a 3-byte (big-endian) length, every text and blob
+    // size class, and a DDL on a mapped table that arrives as a QUERY_COMPRESSED event.
+    // (MariaDB's JSON is LONGTEXT: its value is the JSON text, see schemas/README.md.)
+    let db = tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10"]).unwrap();
+    let name = db.create_database("zbig").unwrap();
+    let table = format!("{name}.big");
+    db.sql(&format!("CREATE TABLE `{name}`.big (id INT PRIMARY KEY, t TEXT, m MEDIUMTEXT, b LONGBLOB, j JSON)")).unwrap();
+    let from = support::binlog_now(&db);
+    let mut live = support::Live::at(&db, &[table.clone()], &from);
+    db.sql(&format!(
+        "USE `{name}`;\n\
+         INSERT INTO big VALUES (1, REPEAT('é', 20000), REPEAT('abcdefghij', 100000), REPEAT(x'00ff', 300000), JSON_OBJECT('k', REPEAT('q', 70000)));\n\
+         INSERT INTO big VALUES (2, '', '', x'', '[]'), (3, NULL, NULL, NULL, NULL);\n\
+         UPDATE big SET m = CONCAT(m, '!') WHERE id = 1;"
+    ))
+    .unwrap();
+    let rows = live.rows(4, 60).await;
+    assert_eq!(rows.len(), 4, "{}", serde_json::to_string(&rows).unwrap().chars().take(3000).collect::<String>());
+    let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
+    let one = serde_json::json!({"id": 1, "t": "é".repeat(20000), "m": "abcdefghij".repeat(100000), "b": b64([0u8, 0xff].repeat(300000)), "j": format!("{{\"k\": \"{}\"}}", "q".repeat(70000))});
+    support::assert_same(&rows[0]["after"], &one, "insert 1");
+    support::assert_same(&rows[1]["after"], &serde_json::json!({"id": 2, "t": "", "m": "", "b": "", "j": "[]"}), "insert 2");
+    support::assert_same(&rows[2]["after"], &serde_json::json!({"id": 3, "t": null, "m": null, "b": null, "j": null}), "insert 3");
+    support::assert_same(&rows[3]["before"], &one, "update before");
+    support::assert_same(&rows[3]["after"]["m"], &serde_json::json!(format!("{}!", "abcdefghij".repeat(100000))), "update after");
+    support::assert_same(&Value::Array(support::offline_rows(&db, &from, &name).unwrap()), &Value::Array(rows), "offline reader agrees");
+    // A TRUNCATE of the mapped table, written as QUERY_COMPRESSED, reaches the DDL check.
+    db.sql(&format!("TRUNCATE TABLE `{name}`.big")).unwrap();
+    let e = live.error(30).await.to_string();
+    assert!(e.contains("TRUNCATE") && e.contains(&table), "{e}");
 }
