@@ -4,7 +4,7 @@
 //! from a built-in table of the documented MySQL/MariaDB ids otherwise (offline reader).
 //!
 //! Decoded exactly: utf8mb3/utf8mb4, ascii, latin1 (MySQL's latin1 is cp1252), ucs2, utf16,
-//! utf16le, utf32, binary (-> base64 by the caller). Other charsets (gbk, big5, sjis, ...):
+//! utf16le, utf32, gbk, binary (-> base64 by the caller). Other charsets (big5, sjis, ...):
 //! ASCII-only values are exact and kept; anything else is an error naming the charset, never a
 //! guess.
 
@@ -86,11 +86,65 @@ pub fn decode(id: u16, bytes: Vec<u8>) -> Result<String, String> {
             }
             bytes.chunks_exact(4).map(|c| char::from_u32(u32::from_be_bytes([c[0], c[1], c[2], c[3]])).ok_or(())).collect::<Result<String, ()>>().map_err(|_| bad())
         }
+        Some("gbk") => gbk(&bytes).ok_or_else(bad),
         // ASCII-compatible charsets binval does not convert: ASCII-only text is exact.
         _ if bytes.is_ascii() && name.is_some() => Ok(String::from_utf8(bytes).expect("ascii")),
         _ => Err(bad()),
     }
 }
+
+/// MySQL's gbk (strings/ctype-gbk.c): ASCII, and two-byte codes with a lead byte 0x81-0xFE
+/// and a trail byte 0x40-0x7E or 0x80-0xFE. Decoded with encoding_rs's GBK table (the WHATWG
+/// index), which agrees with MySQL/MariaDB for every two-byte code the server converts to
+/// Unicode (checked code by code against the server by tests/types.rs). Codes the server has
+/// no Unicode for (the user-defined areas, which WHATWG maps to the Private Use Area) and bytes
+/// it would not accept in a gbk column (a lone byte >= 0x80, GB18030 four-byte sequences) are
+/// an error, never a guess.
+fn gbk(bytes: &[u8]) -> Option<String> {
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b < 0x80 {
+            i += 1;
+        } else if (0x81..=0xFE).contains(&b) && bytes.get(i + 1).is_some_and(|&t| (0x40..=0x7E).contains(&t) || (0x80..=0xFE).contains(&t)) {
+            i += 2;
+        } else {
+            return None;
+        }
+    }
+    let mut j = 0;
+    while j + 1 < bytes.len() {
+        if bytes[j] < 0x80 {
+            j += 1;
+            continue;
+        }
+        if GBK_UNMAPPED.binary_search(&u16::from_be_bytes([bytes[j], bytes[j + 1]])).is_ok() {
+            return None;
+        }
+        j += 2;
+    }
+    let s = encoding_rs::GBK.decode_without_bom_handling_and_without_replacement(bytes)?;
+    // The user-defined areas: WHATWG maps them to the Private Use Area, MySQL/MariaDB have no
+    // Unicode for them (a SELECT in utf8mb4 shows '?'): no exact text exists.
+    if s.chars().any(|c| ('\u{E000}'..='\u{F8FF}').contains(&c)) {
+        return None;
+    }
+    Some(s.into_owned())
+}
+
+/// Two-byte gbk codes that WHATWG's table (GB18030-2005 additions) maps but MySQL/MariaDB's
+/// gbk does not (the server shows '?'): found by tests/types.rs against MariaDB 10.11.
+const GBK_UNMAPPED: &[u16] = &[
+    0xA2E3, 0xA3A0, 0xA6D9, 0xA6DA, 0xA6DB, 0xA6DC, 0xA6DD, 0xA6DE, 0xA6DF, 0xA6EC, 0xA6ED, 0xA6F3,
+    0xA8BC, 0xA8BF, 0xA989, 0xA98A, 0xA98B, 0xA98C, 0xA98D, 0xA98E, 0xA98F, 0xA990, 0xA991, 0xA992,
+    0xA993, 0xA994, 0xA995, 0xFE50, 0xFE54, 0xFE55, 0xFE56, 0xFE57, 0xFE58, 0xFE59, 0xFE5A, 0xFE5B,
+    0xFE5C, 0xFE5D, 0xFE5E, 0xFE5F, 0xFE60, 0xFE61, 0xFE62, 0xFE63, 0xFE64, 0xFE65, 0xFE66, 0xFE67,
+    0xFE68, 0xFE69, 0xFE6A, 0xFE6B, 0xFE6D, 0xFE6E, 0xFE6F, 0xFE70, 0xFE71, 0xFE72, 0xFE73, 0xFE74,
+    0xFE75, 0xFE77, 0xFE78, 0xFE79, 0xFE7A, 0xFE7B, 0xFE7C, 0xFE7D, 0xFE7E, 0xFE80, 0xFE81, 0xFE82,
+    0xFE83, 0xFE84, 0xFE85, 0xFE86, 0xFE87, 0xFE88, 0xFE89, 0xFE8A, 0xFE8B, 0xFE8C, 0xFE8D, 0xFE8E,
+    0xFE8F, 0xFE90, 0xFE92, 0xFE93, 0xFE94, 0xFE95, 0xFE96, 0xFE97, 0xFE98, 0xFE99, 0xFE9A, 0xFE9B,
+    0xFE9C, 0xFE9D, 0xFE9E, 0xFE9F, 0xFEA0
+];
 
 /// MySQL's latin1 is Windows-1252: 0x80-0x9F map to typographic characters (five are unused
 /// and map to the C1 controls, as MySQL does).
@@ -118,7 +172,10 @@ mod tests {
         assert_eq!(decode(56, vec![b'A', 0, b'B', 0]).unwrap(), "AB");
         assert_eq!(decode(60, vec![0, 0, 0, b'A', 0, 1, 0xF3, 0x89]).unwrap(), "A🎉");
         assert_eq!(decode(28, b"plain".to_vec()).unwrap(), "plain");
-        assert_eq!(decode(28, vec![0xC4, 0xE3]).unwrap_err(), "gbk");
+        assert_eq!(decode(28, vec![0xC4, 0xE3]).unwrap(), "你");
+        assert_eq!(decode(28, vec![0xC4]).unwrap_err(), "gbk");
+        assert_eq!(decode(28, vec![0x80]).unwrap_err(), "gbk");
+        assert_eq!(decode(28, vec![0x81, 0x30, 0x81, 0x30]).unwrap_err(), "gbk", "GB18030 four-byte sequences are not gbk");
         assert_eq!(decode(1069, b"nopad".to_vec()).unwrap(), "nopad");
         assert_eq!(decode(9999, b"x".to_vec()).unwrap_err(), "collation id 9999");
         assert!(decode(45, vec![0xFF]).is_err());

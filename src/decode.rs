@@ -50,7 +50,7 @@ pub enum DecodeError {
     UnsupportedType { table: String, column: String, ty: ColumnType },
     /// Text bytes that are not valid in the column's charset, or a charset binval does not
     /// convert.
-    #[error("table {table}, column {column}: value cannot be decoded exactly from charset {charset}; binval decodes utf8mb3/utf8mb4, ascii, latin1, ucs2, utf16, utf16le, utf32 (other charsets only when the value is ASCII): convert the column or unmap the table")]
+    #[error("table {table}, column {column}: value cannot be decoded exactly from charset {charset}; binval decodes utf8mb3/utf8mb4, ascii, latin1, ucs2, utf16, utf16le, utf32, gbk (other charsets only when the value is ASCII): convert the column or unmap the table")]
     BadText { table: String, column: String, charset: String },
     /// mysql_common failed to parse the row image.
     #[error("table {table}: row image could not be parsed: {source}")]
@@ -339,11 +339,34 @@ fn read_image<'de>(table: &'de TableSchema, cols: &[usize], json_ordinals: Optio
                 }
                 _ => false,
             };
-            buf.parse::<BinlogValue<'de>>((col.ty, &col.meta[..], col.unsigned, is_partial))?.into_owned()
+            if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
+                time2_short_fraction(buf)?
+            } else {
+                buf.parse::<BinlogValue<'de>>((col.ty, &col.meta[..], col.unsigned, is_partial))?.into_owned()
+            }
         };
         values.push((i, v));
     }
     Ok(values)
+}
+
+/// A TIME(1) or TIME(2) value (MYSQL_TYPE_TIME2 with fsp 1-2): 3 bytes big-endian integer part
+/// offset by 0x800000, then 1 byte of hundredths. Parsed here because mysql_common 0.37
+/// (`binlog::misc::my_time_packed_from_binary`) keeps that byte in a `u32` and subtracts 0x100
+/// from it for negative times with a fraction (`-00:00:01.5`): an overflow panic in debug
+/// builds and a wrong value in release builds. Same arithmetic as MySQL's
+/// `my_time_packed_from_binary` (mysys/my_time.cc), with a signed fraction; the packed value
+/// is turned into a `Value::Time` by mysql_common's own `time_from_packed`.
+fn time2_short_fraction(buf: &mut ParseBuf<'_>) -> std::io::Result<BinlogValue<'static>> {
+    let b: &[u8] = buf.parse(4)?;
+    let mut intpart = (((b[0] as i64) << 16) | ((b[1] as i64) << 8) | b[2] as i64) - 0x80_0000;
+    let mut frac = b[3] as i64;
+    if intpart < 0 && frac > 0 {
+        intpart += 1;
+        frac -= 0x100;
+    }
+    let packed = (intpart << 24) + frac * 10_000;
+    Ok(BinlogValue::Value(mysql_common::binlog::misc::time_from_packed(packed)))
 }
 
 fn image_to_json(table: &TableSchema, values: Image) -> Result<Row, DecodeError> {
