@@ -100,20 +100,22 @@ pub struct TableSchema {
 }
 
 impl TableSchema {
-    /// Prepare a table from its TABLE_MAP event. Errors when column names are missing
-    /// (binlog_row_metadata is not FULL).
-    pub fn from_table_map(tme: TableMapEvent<'static>) -> Result<Self, DecodeError> {
-        Self::prepare(tme, true)
+    /// Prepare a table from its TABLE_MAP event. `mariadb`: the event comes from a MariaDB
+    /// server (its FORMAT_DESCRIPTION / `@@version` says so), which counts GEOMETRY columns among
+    /// the character columns of the charset metadata (see [`charset_column`]). Errors when column
+    /// names are missing (binlog_row_metadata is not FULL).
+    pub fn from_table_map(tme: TableMapEvent<'static>, mariadb: bool) -> Result<Self, DecodeError> {
+        Self::prepare(tme, true, mariadb)
     }
 
     /// Like [`TableSchema::from_table_map`], but a TABLE_MAP without column names (MINIMAL row
     /// metadata, or MySQL 5.x) names columns `@0`, `@1`, ... in table order (the offline reader
     /// uses this; the live pipeline refuses such a source at preflight).
-    pub fn from_table_map_positional(tme: TableMapEvent<'static>) -> Result<Self, DecodeError> {
-        Self::prepare(tme, false)
+    pub fn from_table_map_positional(tme: TableMapEvent<'static>, mariadb: bool) -> Result<Self, DecodeError> {
+        Self::prepare(tme, false, mariadb)
     }
 
-    fn prepare(tme: TableMapEvent<'static>, require_names: bool) -> Result<Self, DecodeError> {
+    fn prepare(tme: TableMapEvent<'static>, require_names: bool, mariadb: bool) -> Result<Self, DecodeError> {
         let name: Arc<str> = format!("{}.{}", tme.database_name(), tme.table_name()).into();
         let n = tme.columns_count() as usize;
         let mut columns = Vec::with_capacity(n);
@@ -140,7 +142,7 @@ impl TableSchema {
         }
         let parse_err = |e: std::io::Error| DecodeError::Parse { table: name.to_string(), source: e };
         let numeric: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_numeric_type()).collect();
-        let character: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_character_type()).collect();
+        let character: Vec<usize> = (0..n).filter(|&i| charset_column(columns[i].ty, mariadb)).collect();
         let enums: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_ENUM).collect();
         let sets: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_SET).collect();
         let enum_or_set: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_enum_or_set_type()).collect();
@@ -187,6 +189,23 @@ impl TableSchema {
             return Err(DecodeError::NoColumnNames { table: name.to_string() });
         }
         Ok(TableSchema { name, columns, tme })
+    }
+}
+
+/// Whether the charset fields of the TABLE_MAP optional metadata (DEFAULT_CHARSET,
+/// COLUMN_CHARSET) have an entry for a column of type `ty`: the server's `is_character_type`.
+/// MySQL (sql/log_event.cc): STRING, VAR_STRING, VARCHAR, BLOB, and VECTOR (MySQL 9).
+/// MariaDB (sql/log_event.cc): STRING, VAR_STRING, VARCHAR, BLOB and GEOMETRY ("base class is
+/// blob for geom type"). mysql_common 0.37's `ColumnType::is_character_type` has neither
+/// GEOMETRY nor VECTOR: on MariaDB every text column after a GEOMETRY column would take its
+/// left neighbour's charset (found by tests/proptest_roundtrip.rs).
+pub fn charset_column(ty: ColumnType, mariadb: bool) -> bool {
+    use ColumnType::*;
+    match ty {
+        MYSQL_TYPE_STRING | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_BLOB => true,
+        MYSQL_TYPE_GEOMETRY => mariadb,
+        MYSQL_TYPE_VECTOR => !mariadb,
+        _ => false,
     }
 }
 
@@ -737,7 +756,7 @@ mod tests {
                 let Ok(ev) = ev else { break };
                 match ev.read_data() {
                     Ok(Some(EventData::TableMapEvent(t))) => {
-                        if let Ok(s) = TableSchema::from_table_map_positional(t.into_owned()) {
+                        if let Ok(s) = TableSchema::from_table_map_positional(t.into_owned(), false) {
                             tables.insert(s.tme.table_id(), s);
                         }
                     }

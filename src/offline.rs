@@ -211,7 +211,8 @@ fn handle_named(
             line["table"] = json!(format!("{}.{}", tme.database_name(), tme.table_name()));
             line["table_id"] = json!(tme.table_id());
             let id = tme.table_id();
-            let schema = TableSchema::from_table_map_positional(tme.into_owned())
+            let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
+            let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb)
                 .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
             tables.insert(id, Arc::new(schema));
             emit(line);

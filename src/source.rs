@@ -373,7 +373,7 @@ async fn read_once(
             EventData::TableMapEvent(tme) => {
                 let id = tme.table_id();
                 if mapper.is_mapped(&tme.database_name(), &tme.table_name()) {
-                    let schema = TableSchema::from_table_map(tme.into_owned())
+                    let schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
                         .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
                     tables.insert(id, Arc::new(schema));
                 } else {

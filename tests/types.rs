@@ -7,40 +7,10 @@
 
 mod support;
 
-use base64::Engine as _;
 use binval_testkit as tk;
 use mysql_async::prelude::Queryable;
 use serde_json::{json, Map, Value};
-
-/// How the server's answer for a column becomes binval's canonical JSON value.
-#[derive(Clone, Copy, Debug)]
-enum Conv {
-    /// `CAST(v AS CHAR)` -> exact integer.
-    Int,
-    /// `CAST(v AS CHAR)` -> string as is (DECIMAL with its scale, DATE, DATETIME, TIME, ENUM,
-    /// and MariaDB JSON, which is LONGTEXT).
-    Text,
-    /// `v` read through a utf8mb4 connection: the server converts the column charset.
-    Str,
-    /// FLOAT: `CAST(v AS DOUBLE)` (the exact f32 value) -> shortest decimal that reads back as
-    /// the same f32.
-    Float,
-    /// DOUBLE: `CAST(v AS CHAR)` -> number.
-    Double,
-    /// BIT, YEAR: `v + 0` -> number.
-    Num,
-    /// TIMESTAMP with session time_zone '+00:00': `CAST(v AS CHAR)` -> `...T...Z`, except the
-    /// zero timestamp.
-    Utc,
-    /// Binary strings: `HEX(v)` -> base64.
-    Hex,
-    /// SET: `CAST(v AS CHAR)` -> list of labels.
-    Set,
-    /// GEOMETRY: `ST_SRID(v)`, `HEX(ST_AsBinary(v))` -> `{"srid", "wkb"}`.
-    Geo,
-    /// MariaDB UUID / INET6 / INET4: `HEX(CAST(v AS BINARY(n)))` -> base64.
-    BinCast(u32),
-}
+use support::{canonical, select_expr, Conv};
 
 /// A column type and the SQL literals of its edge values.
 struct TypeCase {
@@ -164,56 +134,6 @@ fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// The SELECT expression whose value `canonical` converts.
-fn select_expr(conv: Conv, col: &str) -> String {
-    match conv {
-        Conv::Int | Conv::Text | Conv::Double | Conv::Utc | Conv::Set => format!("CAST({col} AS CHAR)"),
-        Conv::Str => col.to_string(),
-        Conv::Float => format!("CAST({col} AS DOUBLE)"),
-        Conv::Num => format!("{col} + 0"),
-        Conv::Hex => format!("HEX({col})"),
-        Conv::Geo => format!("CONCAT(ST_SRID({col}), ':', HEX(ST_AsBinary({col})))"),
-        Conv::BinCast(n) => format!("HEX(CAST({col} AS BINARY({n})))"),
-    }
-}
-
-/// binval's canonical value for the server's answer `v` (a string or NULL).
-fn canonical(conv: Conv, v: Option<String>) -> Value {
-    let Some(s) = v else { return Value::Null };
-    let b64 = |hex: &str| {
-        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
-        Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
-    };
-    match conv {
-        Conv::Int | Conv::Num => {
-            if s.starts_with('-') {
-                json!(s.parse::<i64>().unwrap())
-            } else {
-                json!(s.parse::<u64>().unwrap())
-            }
-        }
-        Conv::Text | Conv::Str => Value::String(s),
-        Conv::Float => {
-            let f = s.parse::<f64>().unwrap() as f32;
-            json!(f.to_string().parse::<f64>().unwrap())
-        }
-        Conv::Double => json!(s.parse::<f64>().unwrap()),
-        Conv::Utc => {
-            if s.starts_with("0000-00-00") {
-                Value::String(s)
-            } else {
-                Value::String(format!("{}Z", s.replacen(' ', "T", 1)))
-            }
-        }
-        Conv::Hex | Conv::BinCast(_) => b64(&s),
-        Conv::Set => Value::Array(if s.is_empty() { vec![] } else { s.split(',').map(|l| json!(l)).collect() }),
-        Conv::Geo => {
-            let (srid, hex) = s.split_once(':').unwrap();
-            json!({"srid": srid.parse::<u32>().unwrap(), "wkb": b64(hex)})
-        }
-    }
-}
-
 /// One table per type: `t{k} (id INT PRIMARY KEY, v TYPE)`, plus one table of generated and
 /// invisible columns.
 struct Matrix {
@@ -237,7 +157,9 @@ impl Matrix {
         for (k, c) in self.cases.iter().enumerate() {
             sql += &format!("CREATE TABLE t{k} (id INT PRIMARY KEY, v {});\n", c.ty);
         }
-        sql += "CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s VARCHAR(20) AS (CONCAT('x', a)) STORED, h INT INVISIBLE DEFAULT 7, d DECIMAL(6,3) INVISIBLE);\n";
+        // Also: a GEOMETRY column before text columns (MariaDB gives GEOMETRY an entry in the
+        // charset metadata; the latin1 and gbk columns must keep their own charsets).
+        sql += "CREATE TABLE gen (id INT PRIMARY KEY, a INT, v INT AS (a * 2) VIRTUAL, s VARCHAR(20) AS (CONCAT('x', a)) STORED, h INT INVISIBLE DEFAULT 7, d DECIMAL(6,3) INVISIBLE, pt POINT, l VARCHAR(10) CHARACTER SET latin1, k TEXT CHARACTER SET gbk);\n";
         db.sql(&sql).unwrap();
     }
 
@@ -274,9 +196,9 @@ impl Matrix {
         }
         // Generated (virtual and stored) and invisible columns.
         let t = format!("{}.gen", self.db);
-        c.query_drop("INSERT INTO gen (id, a, h, d) VALUES (1, 5, 8, -1.5), (2, NULL, NULL, NULL)").await.unwrap();
+        c.query_drop("INSERT INTO gen (id, a, h, d, pt, l, k) VALUES (1, 5, 8, -1.5, POINT(1, 2), 'é€', '中文'), (2, NULL, NULL, NULL, NULL, NULL, NULL)").await.unwrap();
         let g1 = self.gen_snapshot(&mut c).await;
-        c.query_drop("UPDATE gen SET a = a + 1, h = 9").await.unwrap();
+        c.query_drop("UPDATE gen SET a = a + 1, h = 9, l = CONCAT(l, 'ÿ')").await.unwrap();
         let g2 = self.gen_snapshot(&mut c).await;
         c.query_drop("DELETE FROM gen").await.unwrap();
         c.disconnect().await.ok();
@@ -318,12 +240,17 @@ impl Matrix {
     }
 
     async fn gen_snapshot(&self, c: &mut mysql_async::Conn) -> Vec<Value> {
-        let rows: Vec<(i64, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>)> = c
-            .query("SELECT id, CAST(a AS CHAR), CAST(v AS CHAR), s, CAST(h AS CHAR), CAST(d AS CHAR) FROM gen ORDER BY id")
+        let rows: Vec<mysql_async::Row> = c
+            .query(format!(
+                "SELECT id, CAST(a AS CHAR), CAST(v AS CHAR), s, CAST(h AS CHAR), CAST(d AS CHAR), {}, l, k FROM gen ORDER BY id",
+                select_expr(Conv::Geo, "pt")
+            ))
             .await
             .unwrap();
         rows.into_iter()
-            .map(|(id, a, v, s, h, d)| {
+            .map(|r| {
+                let g = |i: usize| r.get::<Option<String>, _>(i).unwrap();
+                let (id, a, v, s, h, d) = (r.get::<i64, _>(0).unwrap(), g(1), g(2), g(3), g(4), g(5));
                 let mut m = Map::new();
                 m.insert("id".into(), json!(id));
                 m.insert("a".into(), canonical(Conv::Int, a));
@@ -331,6 +258,9 @@ impl Matrix {
                 m.insert("s".into(), canonical(Conv::Str, s));
                 m.insert("h".into(), canonical(Conv::Int, h));
                 m.insert("d".into(), canonical(Conv::Text, d));
+                m.insert("pt".into(), canonical(Conv::Geo, g(6)));
+                m.insert("l".into(), canonical(Conv::Str, g(7)));
+                m.insert("k".into(), canonical(Conv::Str, g(8)));
                 Value::Object(m)
             })
             .collect()

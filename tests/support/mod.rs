@@ -15,6 +15,7 @@ use binval::source::{Resume, SourceStats};
 use binval::txn::Transaction;
 use binval_protocol::SourcePosition;
 use binval_testkit as tk;
+use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
@@ -222,3 +223,84 @@ pub fn assert_same(got: &Value, want: &Value, context: &str) {
         panic!("{context}: {d}");
     }
 }
+
+/// How the server's answer for a column becomes binval's canonical JSON value.
+#[derive(Clone, Copy, Debug)]
+pub enum Conv {
+    /// `CAST(v AS CHAR)` -> exact integer.
+    Int,
+    /// `CAST(v AS CHAR)` -> string as is (DECIMAL with its scale, DATE, DATETIME, TIME, ENUM,
+    /// and MariaDB JSON, which is LONGTEXT).
+    Text,
+    /// `v` read through a utf8mb4 connection: the server converts the column charset.
+    Str,
+    /// FLOAT: `CAST(v AS DOUBLE)` (the exact f32 value) -> shortest decimal that reads back as
+    /// the same f32.
+    Float,
+    /// DOUBLE: `CAST(v AS CHAR)` -> number.
+    Double,
+    /// BIT, YEAR: `v + 0` -> number.
+    Num,
+    /// TIMESTAMP with session time_zone '+00:00': `CAST(v AS CHAR)` -> `...T...Z`, except the
+    /// zero timestamp.
+    Utc,
+    /// Binary strings: `HEX(v)` -> base64.
+    Hex,
+    /// SET: `CAST(v AS CHAR)` -> list of labels.
+    Set,
+    /// GEOMETRY: `ST_SRID(v)`, `HEX(ST_AsBinary(v))` -> `{"srid", "wkb"}`.
+    Geo,
+    /// MariaDB UUID / INET6 / INET4: `HEX(CAST(v AS BINARY(n)))` -> base64.
+    BinCast(u32),
+}
+
+/// The SELECT expression whose value `canonical` converts.
+pub fn select_expr(conv: Conv, col: &str) -> String {
+    match conv {
+        Conv::Int | Conv::Text | Conv::Double | Conv::Utc | Conv::Set => format!("CAST({col} AS CHAR)"),
+        Conv::Str => col.to_string(),
+        Conv::Float => format!("CAST({col} AS DOUBLE)"),
+        Conv::Num => format!("{col} + 0"),
+        Conv::Hex => format!("HEX({col})"),
+        Conv::Geo => format!("CONCAT(ST_SRID({col}), ':', HEX(ST_AsBinary({col})))"),
+        Conv::BinCast(n) => format!("HEX(CAST({col} AS BINARY({n})))"),
+    }
+}
+
+/// binval's canonical value for the server's answer `v` (a string or NULL).
+pub fn canonical(conv: Conv, v: Option<String>) -> Value {
+    let Some(s) = v else { return Value::Null };
+    let b64 = |hex: &str| {
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+    };
+    match conv {
+        Conv::Int | Conv::Num => {
+            if s.starts_with('-') {
+                json!(s.parse::<i64>().unwrap())
+            } else {
+                json!(s.parse::<u64>().unwrap())
+            }
+        }
+        Conv::Text | Conv::Str => Value::String(s),
+        Conv::Float => {
+            let f = s.parse::<f64>().unwrap() as f32;
+            json!(f.to_string().parse::<f64>().unwrap())
+        }
+        Conv::Double => json!(s.parse::<f64>().unwrap()),
+        Conv::Utc => {
+            if s.starts_with("0000-00-00") {
+                Value::String(s)
+            } else {
+                Value::String(format!("{}Z", s.replacen(' ', "T", 1)))
+            }
+        }
+        Conv::Hex | Conv::BinCast(_) => b64(&s),
+        Conv::Set => Value::Array(if s.is_empty() { vec![] } else { s.split(',').map(|l| json!(l)).collect() }),
+        Conv::Geo => {
+            let (srid, hex) = s.split_once(':').unwrap();
+            json!({"srid": srid.parse::<u32>().unwrap(), "wkb": b64(hex)})
+        }
+    }
+}
+
