@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
-use mysql_common::binlog::events::{Event, EventData, TransactionPayloadEvent};
+use mysql_common::binlog::events::{Event, EventData};
 use mysql_common::binlog::EventStreamReader;
 use serde_json::{json, Value as Json};
 
@@ -247,14 +247,11 @@ fn handle_named(
         }
         Some(EventData::TransactionPayloadEvent(_)) => {
             emit(line);
-            let tpe: TransactionPayloadEvent<'_> = ev.read_event().map_err(|e| corrupt(format!("TRANSACTION_PAYLOAD: {e}")))?;
-            let mut inner = tpe.decompressed().map_err(|e| corrupt(format!("TRANSACTION_PAYLOAD decompression: {e}")))?;
-            loop {
-                match esr.read_decompressed(&mut inner) {
-                    Ok(Some(e)) => handle(file, pos, &e, esr, tables, sum, emit)?,
-                    Ok(None) => break,
-                    Err(e) => return Err(corrupt(format!("inside TRANSACTION_PAYLOAD: {e}"))),
-                }
+            // Decode every inner event (reported at the payload's position) only once the
+            // whole payload has been read: a damaged payload emits none of its rows.
+            let inner = crate::decode::transaction_payload_events(ev).map_err(|e| corrupt(e.to_string()))?;
+            for e in &inner {
+                handle(file, pos, e, esr, tables, sum, emit)?;
             }
         }
         Some(EventData::QueryEvent(q)) => {

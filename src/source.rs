@@ -18,6 +18,10 @@
 //! MariaDB compressed events (`log_bin_compress=ON`, types 165-171) are decompressed into the
 //! plain QUERY / row events they wrap ([`crate::decode::uncompress_mariadb_event`]) and then
 //! handled like those; one that cannot be decompressed stops the source with its position.
+//! MySQL 8 TRANSACTION_PAYLOAD events (`binlog_transaction_compression=ON`) are unwrapped
+//! ([`crate::decode::transaction_payload_events`]) and their inner events (BEGIN, TABLE_MAPs,
+//! rows, XID) handled in order at the payload event's position; a payload that cannot be read
+//! to its end stops the source with a definite error, and none of its rows are passed on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -289,24 +293,36 @@ async fn read_once(
         Resume::FilePos(p) => p.pos,
         Resume::Gtid(_) => 4,
     };
+    // Events unwrapped from a MySQL 8 TRANSACTION_PAYLOAD, handled before the next event of
+    // the stream; they take the payload event's position and time.
+    let mut payload: std::vec::IntoIter<mysql_common::binlog::events::Event> = Vec::new().into_iter();
+    let mut payload_header = None;
     loop {
-        let next = tokio::select! {
-            r = tokio::time::timeout(silent_limit, stream.next()) => r,
-            _ = shutdown.wait_for(|v| *v) => return Ok(()),
-        };
-        let ev = match next {
-            Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
-            Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
-            Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}:{last_pos}"))),
-            Ok(Some(Ok(ev))) => ev,
+        let (ev, outer) = match payload.next() {
+            Some(inner) => (inner, payload_header),
+            None => {
+                let next = tokio::select! {
+                    r = tokio::time::timeout(silent_limit, stream.next()) => r,
+                    _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                };
+                let ev = match next {
+                    Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
+                    Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
+                    Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}:{last_pos}"))),
+                    Ok(Some(Ok(ev))) => ev,
+                };
+                (ev, None)
+            }
         };
         stats.events.fetch_add(1, Relaxed);
         let header = ev.header();
-        if header.log_pos() != 0 {
-            last_pos = header.log_pos() as u64;
+        // Position and time of this event: the payload event's for the events inside one.
+        let placed = outer.unwrap_or(header);
+        if placed.log_pos() != 0 {
+            last_pos = placed.log_pos() as u64;
         }
-        let here = |file: &str| SourcePosition { file: file.to_string(), pos: header.log_pos() as u64, gtid: None };
-        let at = || format!("{}:{}", file, header.log_pos());
+        let here = |file: &str| SourcePosition { file: file.to_string(), pos: placed.log_pos() as u64, gtid: None };
+        let at = || format!("{}:{}", file, placed.log_pos());
         if header.event_type_raw() == MARIADB_GTID_EVENT {
             let d = ev.data();
             if d.len() < 13 {
@@ -390,6 +406,14 @@ async fn read_once(
                 }
                 None
             }
+            EventData::TransactionPayloadEvent(_) => {
+                // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN,
+                // TABLE_MAPs, rows, XID) is inside; a payload that cannot be read stops here.
+                let inner = crate::decode::transaction_payload_events(ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                payload = inner.into_iter();
+                payload_header = Some(header);
+                None
+            }
             EventData::XaPrepareLogEvent(_) => {
                 if asm.held_rows() > 0 {
                     return Err(DefiniteError::UnsupportedEvent(format!(
@@ -398,9 +422,9 @@ async fn read_once(
                     ))
                     .into());
                 }
-                asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
             }
-            EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() }),
+            EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() }),
             EventData::GtidEvent(g) => {
                 let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
                 asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
@@ -418,11 +442,11 @@ async fn read_once(
                 if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
                     None
                 } else if upper.starts_with("XA COMMIT") && asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
-                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
                 } else if t.eq_ignore_ascii_case("BEGIN") {
                     asm.boundary(Boundary::Begin { gtid: None, standalone: false })
                 } else if t.eq_ignore_ascii_case("COMMIT") {
-                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
                 } else if t.eq_ignore_ascii_case("ROLLBACK") {
                     asm.boundary(Boundary::Rollback)
                 } else {
@@ -440,7 +464,7 @@ async fn read_once(
                             }
                         }
                     }
-                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: placed.timestamp() })
                 }
             }
             _ => None,

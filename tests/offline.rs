@@ -179,3 +179,23 @@ fn corrupt_compressed_event_and_bad_checksum_are_reported() {
     let e = read_file(&bad, None, None, |_| {}).unwrap_err().to_string();
     assert!(e.contains(&format!("corrupt event at position {pos}")) && e.contains("checksum mismatch"), "{e}");
 }
+
+#[test]
+fn damaged_transaction_payload_stops_the_reader_and_emits_none_of_its_rows() {
+    // A copy of the MySQL 8 file with binlog_transaction_compression=ON whose zstd payload is
+    // damaged (and the event's CRC32 recomputed, so only the payload is wrong).
+    let f = dir().join("transaction_compression.000001");
+    let (_, lines) = read("transaction_compression.000001");
+    let ev = lines.iter().find(|l| l["event"] == "TRANSACTION_PAYLOAD_EVENT").unwrap();
+    let (pos, end) = (ev["pos"].as_u64().unwrap() as usize, ev["next_pos"].as_u64().unwrap() as usize);
+    let bad = corrupted_copy(&f, |b| {
+        b[end - 4 - 3] ^= 0x5a;
+        let mut crc = flate2::Crc::new();
+        crc.update(&b[pos..end - 4]);
+        b[end - 4..end].copy_from_slice(&crc.sum().to_le_bytes());
+    });
+    let mut rows_seen = 0;
+    let e = read_file(&bad, None, None, |l| rows_seen += l.get("kind").is_some() as usize).unwrap_err().to_string();
+    assert!(e.contains(&bad.display().to_string()) && e.contains(&format!("position {pos}")) && e.contains("TRANSACTION_PAYLOAD cannot be read"), "{e}");
+    assert_eq!(rows_seen, 0, "no row of the damaged transaction is emitted");
+}
