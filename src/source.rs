@@ -308,7 +308,8 @@ async fn read_once(
                 let ev = match next {
                     Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
                     Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
-                    Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}:{last_pos}"))),
+                    // Before the first ROTATE of a GTID start no file is known: name the GTID.
+                    Ok(Some(Err(e))) => return Err(classify_mysql(e, &if file.is_empty() { position_text.clone() } else { format!("{file}:{last_pos}") })),
                     Ok(Some(Ok(ev))) => ev,
                 };
                 (ev, None)

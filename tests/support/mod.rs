@@ -78,11 +78,18 @@ pub struct Live {
     handle: Option<tokio::task::JoinHandle<Result<(), binval::error::Error>>>,
     /// Transactions received so far.
     pub transactions: Vec<Transaction>,
+    /// The source stage's counters (events, rows, reconnects).
+    pub stats: Arc<SourceStats>,
 }
 
 impl Live {
     /// Start reading `db` at `resume` with `tables` mapped.
     pub fn start(db: &tk::MariaDb, tables: &[String], resume: Resume) -> Live {
+        // The source's warnings (reconnects) in the test output; RUST_LOG for more.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+            .with_test_writer()
+            .try_init();
         let mappings: Vec<binval::config::MappingConfig> = tables
             .iter()
             .map(|t| serde_json::from_value(json!({"table": t, "keys": ["k:{id}"]})).unwrap())
@@ -98,8 +105,9 @@ impl Live {
         .unwrap();
         let (tx, rx) = mpsc::channel(1024);
         let (stop, stop_rx) = watch::channel(false);
-        let handle = tokio::spawn(binval::source::run(cfg, mapper, resume, tx, stop_rx, Arc::new(SourceStats::default())));
-        Live { rx, stop, handle: Some(handle), transactions: Vec::new() }
+        let stats = Arc::new(SourceStats::default());
+        let handle = tokio::spawn(binval::source::run(cfg, mapper, resume, tx, stop_rx, stats.clone()));
+        Live { rx, stop, handle: Some(handle), transactions: Vec::new(), stats }
     }
 
     /// Start at `file:pos`.
