@@ -88,6 +88,8 @@ pub struct ColumnSchema {
     pub unsigned: bool,
     /// Collation id for text, ENUM and SET columns (63 = binary); 0 if not applicable.
     pub charset: u16,
+    /// How text of this column is decoded (from `charset`, resolved once per TABLE_MAP).
+    pub text: crate::charset::Charset,
     /// ENUM labels, index 1 first.
     pub enum_labels: Vec<String>,
     /// SET labels, bit 0 first.
@@ -104,6 +106,8 @@ pub struct TableSchema {
     pub columns: Vec<ColumnSchema>,
     /// The TABLE_MAP event itself, which mysql_common needs to parse row images.
     pub tme: TableMapEvent<'static>,
+    /// `0..columns.len()`: the present columns of a full row image.
+    all_columns: Vec<usize>,
 }
 
 impl TableSchema {
@@ -143,6 +147,7 @@ impl TableSchema {
                 meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
                 unsigned: false,
                 charset: 0,
+                text: crate::charset::Charset::of(0),
                 enum_labels: Vec::new(),
                 set_labels: Vec::new(),
             });
@@ -192,10 +197,22 @@ impl TableSchema {
                 _ => {}
             }
         }
+        for c in &mut columns {
+            c.text = crate::charset::Charset::of(c.charset);
+        }
         if require_names && !have_names && n > 0 {
             return Err(DecodeError::NoColumnNames { table: name.to_string() });
         }
-        Ok(TableSchema { name, columns, tme })
+        let all_columns = (0..columns.len()).collect();
+        Ok(TableSchema { name, columns, tme, all_columns })
+    }
+
+    /// True when `tme` is byte for byte the TABLE_MAP this schema was prepared from (same
+    /// table id, names, types, metadata): its rows decode exactly as with a newly prepared
+    /// schema. MySQL and MariaDB write a TABLE_MAP before the row events of every statement;
+    /// readers reuse the prepared schema instead of preparing it again.
+    pub fn same_table_map(&self, tme: &TableMapEvent<'_>) -> bool {
+        self.tme == *tme
     }
 }
 
@@ -293,11 +310,10 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
         // mysql_common: the TABLE_MAP must define a type for every column of the row event.
         return Err(parse_err(std::io::Error::new(std::io::ErrorKind::InvalidData, "No column type")));
     }
-    // Columns present in each image (bitmaps are cut to num_columns by mysql_common).
-    let before_cols: Option<Vec<usize>> =
-        ev.columns_before_image().map(|b| (0..num_columns).filter(|&i| b.get(i).as_deref().copied().unwrap_or(false)).collect());
-    let after_cols: Option<Vec<usize>> =
-        ev.columns_after_image().map(|b| (0..num_columns).filter(|&i| b.get(i).as_deref().copied().unwrap_or(false)).collect());
+    // Columns present in each image (bitmaps are cut to num_columns by mysql_common). A full
+    // image (every bit set, FULL row image) borrows the schema's list.
+    let before_cols = ev.columns_before_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
+    let after_cols = ev.columns_after_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
     // PARTIAL_UPDATE_ROWS: the after image starts with a shared image whose partial bits are
     // indexed by the ordinal of the column among the table's JSON columns.
     let json_ordinals: Option<Vec<usize>> = matches!(ev, RowsEventData::PartialUpdateRowsEvent(_)).then(|| {
@@ -327,6 +343,16 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
         out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0 });
     }
     Ok(())
+}
+
+/// Indexes of the columns whose bit is set among the first `num_columns`; the schema's own list
+/// when all of the table's columns are present.
+fn present_columns(table: &TableSchema, num_columns: usize, bit: impl Fn(usize) -> bool) -> std::borrow::Cow<'_, [usize]> {
+    if num_columns == table.columns.len() && (0..num_columns).all(&bit) {
+        std::borrow::Cow::Borrowed(&table.all_columns[..])
+    } else {
+        std::borrow::Cow::Owned((0..num_columns).filter(|&i| bit(i)).collect())
+    }
 }
 
 /// One parsed row image: (column index, value) for every column present in the image, in
@@ -568,17 +594,25 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
         Value::UInt(u) => Json::from(u),
         Value::Float(f) => f32_json(f),
         Value::Double(d) => Number::from_f64(d).map(Json::Number).unwrap_or(Json::Null),
-        Value::Date(y, mo, d, h, mi, s, us) => match col.ty {
-            MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => Json::String(format!("{y:04}-{mo:02}-{d:02}")),
-            _ => {
+        Value::Date(y, mo, d, h, mi, s, us) => {
+            use std::fmt::Write as _;
+            let mut t = String::with_capacity(26);
+            let _ = write!(t, "{y:04}-{mo:02}-{d:02}");
+            if !matches!(col.ty, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE) {
                 let fsp = if col.ty == MYSQL_TYPE_DATETIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
-                Json::String(format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02}{}", frac(us, fsp)))
+                let _ = write!(t, " {h:02}:{mi:02}:{s:02}");
+                push_frac(&mut t, us, fsp);
             }
-        },
+            Json::String(t)
+        }
         Value::Time(neg, days, h, mi, s, us) => {
+            use std::fmt::Write as _;
             let fsp = if col.ty == MYSQL_TYPE_TIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
             let hours = days as u64 * 24 + h as u64;
-            Json::String(format!("{}{hours:02}:{mi:02}:{s:02}{}", if neg { "-" } else { "" }, frac(us, fsp)))
+            let mut t = String::with_capacity(18);
+            let _ = write!(t, "{}{hours:02}:{mi:02}:{s:02}", if neg { "-" } else { "" });
+            push_frac(&mut t, us, fsp);
+            Json::String(t)
         }
         Value::Bytes(b) => match col.ty {
             MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => {
@@ -869,7 +903,8 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
     if col.charset == BINARY_CHARSET {
         return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
     }
-    crate::charset::decode(col.charset, b)
+    col.text
+        .decode(b)
         .map(Json::String)
         .map_err(|charset| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset })
 }
@@ -878,6 +913,19 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
 /// `1.1`, not `1.100000023841858`).
 fn f32_json(f: f32) -> Json {
     f.to_string().parse::<f64>().ok().and_then(Number::from_f64).map(Json::Number).unwrap_or(Json::Null)
+}
+
+/// Append `.` and the first `fsp` (0-6) digits of the 6-digit microseconds `us`.
+fn push_frac(t: &mut String, us: u32, fsp: u8) {
+    if fsp == 0 {
+        return;
+    }
+    t.push('.');
+    let mut div = 100_000;
+    for _ in 0..fsp.min(6) {
+        t.push(char::from(b'0' + ((us / div) % 10) as u8));
+        div /= 10;
+    }
 }
 
 fn frac(us: u32, fsp: u8) -> String {
@@ -1155,6 +1203,11 @@ mod tests {
 
     #[test]
     fn fractions() {
+        for (us, fsp) in [(123_456, 3), (5, 6), (5, 0), (999_999, 6), (100_000, 1), (0, 2), (120_000, 2)] {
+            let mut t = String::new();
+            push_frac(&mut t, us, fsp);
+            assert_eq!(t, frac(us, fsp), "{us} {fsp}");
+        }
         assert_eq!(frac(123_456, 3), ".123");
         assert_eq!(frac(5, 6), ".000005");
         assert_eq!(frac(5, 0), "");

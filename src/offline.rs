@@ -211,10 +211,13 @@ fn handle_named(
             line["table"] = json!(format!("{}.{}", tme.database_name(), tme.table_name()));
             line["table_id"] = json!(tme.table_id());
             let id = tme.table_id();
-            let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
-            let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb)
-                .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
-            tables.insert(id, Arc::new(schema));
+            // An identical TABLE_MAP (one precedes every statement's rows) keeps its schema.
+            if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
+                let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
+                let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb)
+                    .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+                tables.insert(id, Arc::new(schema));
+            }
             emit(line);
         }
         Some(EventData::RowsEvent(rows)) => {

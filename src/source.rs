@@ -390,9 +390,13 @@ async fn read_once(
             EventData::TableMapEvent(tme) => {
                 let id = tme.table_id();
                 if mapper.is_mapped(&tme.database_name(), &tme.table_name()) {
-                    let schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
-                        .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
-                    tables.insert(id, Arc::new(schema));
+                    // A TABLE_MAP precedes every statement's rows; an identical one keeps its
+                    // prepared schema.
+                    if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
+                        let schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
+                            .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                        tables.insert(id, Arc::new(schema));
+                    }
                 } else {
                     tables.remove(&id);
                 }
