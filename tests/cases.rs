@@ -179,7 +179,7 @@ async fn case_23_mariadb_compressed_events() {
     let table = format!("{name}.mz");
     let from = support::binlog_now(&db);
     let gtid_before = db.sql("SELECT @@gtid_binlog_pos").unwrap().trim().to_string();
-    let mut live = support::Live::at(&db, &[table.clone()], &from);
+    let mut live = support::Live::at(&db, std::slice::from_ref(&table), &from);
     db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
     let want = case_23_expected(&table);
     assert_eq!(live.rows(5, 30).await, want, "live, from {}:{}", from.0, from.1);
@@ -201,7 +201,7 @@ async fn case_23_mariadb_compressed_events() {
     assert_eq!(support::offline_rows(&db, &from, &name).unwrap(), want, "offline");
 
     // Restart from a MariaDB GTID position taken before the first INSERT.
-    let mut live = support::Live::start(&db, &[table.clone()], binval::source::Resume::Gtid(gtid_before.clone()));
+    let mut live = support::Live::start(&db, std::slice::from_ref(&table), binval::source::Resume::Gtid(gtid_before.clone()));
     assert_eq!(live.rows(5, 30).await, want, "live, from gtid {gtid_before}");
     live.stop().await;
 }
@@ -216,7 +216,7 @@ async fn compressed_events_large_values_and_ddl() {
     let table = format!("{name}.big");
     db.sql(&format!("CREATE TABLE `{name}`.big (id INT PRIMARY KEY, t TEXT, m MEDIUMTEXT, b LONGBLOB, j JSON)")).unwrap();
     let from = support::binlog_now(&db);
-    let mut live = support::Live::at(&db, &[table.clone()], &from);
+    let mut live = support::Live::at(&db, std::slice::from_ref(&table), &from);
     db.sql(&format!(
         "USE `{name}`;\n\
          INSERT INTO big VALUES (1, REPEAT('é', 20000), REPEAT('abcdefghij', 100000), REPEAT(x'00ff', 300000), JSON_OBJECT('k', REPEAT('q', 70000)));\n\

@@ -219,8 +219,8 @@ impl Matrix {
                 all.push(del.next().unwrap());
             }
         }
-        for i in 0..2 {
-            all.push(json!({"kind": "insert", "table": t, "after": g1[i]}));
+        for g in &g1 {
+            all.push(json!({"kind": "insert", "table": t, "after": g}));
         }
         for i in 0..2 {
             if g1[i] != g2[i] {
