@@ -685,6 +685,17 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -
 // MariaDB compressed events (log_bin_compress=ON)
 // ---------------------------------------------------------------------------------------------
 
+/// Whether an event of a type mysql_common 0.37 does not parse (`read_data` gives `None`) may be
+/// passed over: MySQL's HEARTBEAT_LOG_EVENT_V2 (41) and MariaDB's ANNOTATE_ROWS (160),
+/// BINLOG_CHECKPOINT (161), GTID_LIST (163) and START_ENCRYPTION (164) carry no rows; any
+/// other type only when its header has `LOG_EVENT_IGNORABLE_F` (0x80, MySQL/MariaDB
+/// log_event.h: "a replica that does not know the event may skip it"). MariaDB's GTID (162)
+/// and compressed events (165-171) are decoded by binval before this question arises.
+pub fn skippable_unknown_event(raw: u8, flags: u16) -> bool {
+    const LOG_EVENT_IGNORABLE_F: u16 = 0x80;
+    matches!(raw, 41 | 160 | 161 | 163 | 164) || flags & LOG_EVENT_IGNORABLE_F != 0
+}
+
 /// The plain event type a MariaDB compressed event type wraps, or `None` for any other type.
 ///
 /// From MariaDB's `Log_event_type` (sql/log_event.h): QUERY_COMPRESSED_EVENT (165) is a

@@ -206,6 +206,9 @@ fn handle_named(
         return Ok(());
     }
     let data = ev.read_data().map_err(|e| corrupt(e.to_string()))?;
+    if data.is_none() && !crate::decode::skippable_unknown_event(raw, h.flags_raw()) {
+        return Err(corrupt(format!("unknown event type {raw}, not marked ignorable: binval does not pass over events it cannot read")));
+    }
     match data {
         Some(EventData::TableMapEvent(tme)) => {
             line["table"] = json!(format!("{}.{}", tme.database_name(), tme.table_name()));
@@ -267,6 +270,12 @@ fn handle_named(
         }
         Some(EventData::XidEvent(x)) => {
             line["xid"] = json!(x.xid);
+            emit(line);
+        }
+        Some(EventData::IncidentEvent(i)) => {
+            // Reported, not fatal, in a file read (the live source stops on it).
+            line["incident"] = json!(format!("{:?}", i.incident_type()));
+            line["message"] = json!(i.message());
             emit(line);
         }
         Some(EventData::GtidEvent(g)) => {

@@ -43,9 +43,6 @@ use crate::txn::{Assembler, Boundary, Transaction};
 
 /// MariaDB GTID_EVENT type code.
 const MARIADB_GTID_EVENT: u8 = 162;
-/// Event header flag: a replica that does not know the event type may skip it
-/// (`LOG_EVENT_IGNORABLE_F`, MySQL/MariaDB log_event.h).
-const LOG_EVENT_IGNORABLE_F: u16 = 0x80;
 /// MariaDB Gtid_log_event flag: the group is one statement with no COMMIT.
 const MARIADB_FL_STANDALONE: u8 = 1;
 
@@ -347,11 +344,8 @@ async fn read_once(
         };
         let data = match ev.read_data() {
             Ok(Some(d)) => d,
-            // Types mysql_common does not know: MySQL's HEARTBEAT_LOG_EVENT_V2 (41) and
-            // MariaDB's ANNOTATE_ROWS (160), BINLOG_CHECKPOINT (161), GTID_LIST (163) and
-            // START_ENCRYPTION (164) carry no rows; any other one is skipped only when the
-            // server marks it ignorable (LOG_EVENT_IGNORABLE_F).
-            Ok(None) if matches!(header.event_type_raw(), 41 | 160 | 161 | 163 | 164) || header.flags_raw() & LOG_EVENT_IGNORABLE_F != 0 => continue,
+            // Types mysql_common does not know: passed over only when they carry no rows.
+            Ok(None) if crate::decode::skippable_unknown_event(header.event_type_raw(), header.flags_raw()) => continue,
             Ok(None) => {
                 return Err(DefiniteError::UnsupportedEvent(format!(
                     "unknown binlog event type {} at {} (not marked ignorable): binval does not skip events it cannot read",
@@ -418,6 +412,17 @@ async fn read_once(
                 payload = inner.into_iter();
                 payload_header = Some(header);
                 None
+            }
+            EventData::IncidentEvent(i) => {
+                // INCIDENT_LOST_EVENTS: the primary could not write some changes to its binlog
+                // (a replica stops here too, MySQL error 1590); the cache cannot be trusted.
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "incident event at {} ({:?}: {}): the source reports changes missing from its binlog; rebuild the cache (bootstrap) and restart from a position after it",
+                    at(),
+                    i.incident_type(),
+                    i.message()
+                ))
+                .into());
             }
             EventData::XaPrepareLogEvent(_) => {
                 if asm.held_rows() > 0 {

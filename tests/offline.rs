@@ -200,3 +200,31 @@ fn damaged_transaction_payload_stops_the_reader_and_emits_none_of_its_rows() {
     assert!(e.contains(&bad.display().to_string()) && e.contains(&format!("position {pos}")) && e.contains("TRANSACTION_PAYLOAD cannot be read"), "{e}");
     assert_eq!(rows_seen, 0, "no row of the damaged transaction is emitted");
 }
+
+#[test]
+fn unknown_event_types_are_not_passed_over() {
+    // A row event whose type byte is changed to one nobody knows (CRC32 recomputed): the reader
+    // stops there; marked ignorable (LOG_EVENT_IGNORABLE_F), it is passed over.
+    let f = dir().join("mariadb-bin.000001");
+    let (_, lines) = read("mariadb-bin.000001");
+    let ev = lines.iter().find(|l| l.get("rows").is_some()).unwrap();
+    let (pos, end) = (ev["pos"].as_u64().unwrap() as usize, ev["next_pos"].as_u64().unwrap() as usize);
+    let retype = |flags: Option<u16>| {
+        corrupted_copy(&f, |b| {
+            b[pos + 4] = 200;
+            if let Some(fl) = flags {
+                b[pos + 17..pos + 19].copy_from_slice(&fl.to_le_bytes());
+            }
+            let mut crc = flate2::Crc::new();
+            crc.update(&b[pos..end - 4]);
+            b[end - 4..end].copy_from_slice(&crc.sum().to_le_bytes());
+        })
+    };
+    let e = read_file(&retype(None), None, None, |_| {}).unwrap_err().to_string();
+    assert!(e.contains(&format!("position {pos}")) && e.contains("unknown event type 200"), "{e}");
+    let s = read_file(&retype(Some(0x80)), None, None, |_| {}).unwrap();
+    assert_eq!(s.rows, 1, "the ignorable event's rows are not decoded; the other row is");
+    // MySQL's INCIDENT event is reported with its message (the live source stops on it).
+    let (_, l) = read("bug40482-bin.000001");
+    assert!(l.iter().any(|e| e["event"] == "INCIDENT_EVENT" && e["incident"].is_string()), "incident reported");
+}
