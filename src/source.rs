@@ -359,10 +359,13 @@ async fn read_once(
         let finished = match data {
             EventData::RotateEvent(r) => {
                 let mut name = r.name_raw().to_vec();
-                if !seen_fde && info.checksum && header.log_pos() == 0 && name.len() > 4 {
+                if !seen_fde && header.log_pos() == 0 && ends_with_own_crc32(ev) {
                     // The stream's first (fake) ROTATE is parsed before the FORMAT_DESCRIPTION
-                    // that announces checksums, so its name carries the 4 CRC32 bytes.
-                    name.truncate(name.len() - 4);
+                    // that announces checksums, so its name carries the 4 CRC32 bytes. The
+                    // server adds them by what the replica asked for (mysql_async asks for
+                    // 'ALL'), not by its own binlog_checksum: with binlog_checksum=NONE they
+                    // are there too. So the bytes are checked, not assumed.
+                    name.truncate(name.len().saturating_sub(4));
                 }
                 file = String::from_utf8_lossy(&name).into_owned();
                 if header.log_pos() != 0 && !asm.in_transaction() {
@@ -488,6 +491,23 @@ async fn read_once(
             *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
         }
     }
+}
+
+/// True when the last 4 bytes of the event body are the CRC32 of the event before them
+/// (header included), as MySQL/MariaDB compute event checksums.
+fn ends_with_own_crc32(ev: &mysql_common::binlog::events::Event) -> bool {
+    use mysql_common::proto::MySerialize;
+    let data = ev.data();
+    if data.len() < 4 {
+        return false;
+    }
+    let (body, tail) = data.split_at(data.len() - 4);
+    let mut header = Vec::with_capacity(19);
+    ev.header().serialize(&mut header);
+    let mut crc = flate2::Crc::new();
+    crc.update(&header);
+    crc.update(body);
+    crc.sum() == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
 }
 
 fn uuid_text(sid: &[u8; 16]) -> String {

@@ -493,3 +493,38 @@ async fn case_29_binlog_over_4gib() {
     assert_eq!(rows[70_002]["kind"], "delete");
     live.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_compressed_event_stops_the_live_source() {
+    // A compressed row event whose zlib data is damaged in the server's own binlog file (no
+    // checksums, so the server sends it as it is): the live source stops with a definite error
+    // naming the event and the binlog position, after passing on the rows before it.
+    let db = tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-checksum=NONE"]).unwrap();
+    let name = db.create_database("zlive").unwrap();
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT)")).unwrap();
+    let from = support::binlog_now(&db);
+    db.sql(&format!("INSERT INTO `{name}`.t VALUES (1, REPEAT('a', 500)); INSERT INTO `{name}`.t VALUES (2, REPEAT('b', 500));")).unwrap();
+    let path = db.datadir.join(&from.0);
+    let mut events = Vec::new();
+    binval::offline::read_file(&path, Some(from.1), None, |l| {
+        if l["event"] == "MARIADB_WRITE_ROWS_COMPRESSED_V1" {
+            events.push(l["next_pos"].as_u64().unwrap());
+        }
+    })
+    .unwrap();
+    assert_eq!(events.len(), 2, "two compressed row events");
+    let end = events[1];
+    {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(end - 2)).unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact(&mut b).unwrap();
+        f.seek(SeekFrom::Start(end - 2)).unwrap();
+        f.write_all(&[b[0] ^ 0xff]).unwrap();
+    }
+    let mut live = support::Live::at(&db, &[format!("{name}.t")], &from);
+    assert_eq!(live.rows(1, 30).await[0]["after"]["id"], 1);
+    let e = live.error(30).await.to_string();
+    assert!(e.contains("Write_rows_compressed_v1 cannot be decompressed") && e.contains(&format!("{}:{end}", from.0)), "{e}");
+}

@@ -125,7 +125,15 @@ impl Live {
                 break;
             }
             match tokio::time::timeout(left.min(Duration::from_millis(200)), self.rx.recv()).await {
-                Ok(Some(t)) => self.transactions.push(t),
+                Ok(Some(t)) => {
+                    // Positions name a real binlog file (the checkpoint resumes from them).
+                    let f = &t.position.file;
+                    assert!(
+                        f.starts_with("mysql-bin.") && f.len() == "mysql-bin.000001".len() && f[10..].bytes().all(|b| b.is_ascii_digit()),
+                        "transaction position names file {f:?}"
+                    );
+                    self.transactions.push(t)
+                }
                 Ok(None) => {
                     let h = self.handle.take().unwrap();
                     match h.await.unwrap() {
