@@ -55,6 +55,13 @@ pub enum DecodeError {
     /// mysql_common failed to parse the row image.
     #[error("table {table}: row image could not be parsed: {source}")]
     Parse { table: String, #[source] source: std::io::Error },
+    /// A MariaDB table with columns in the pre-10.1 temporal format (`mysql56_temporal_format=OFF`,
+    /// "mariadb-5.3" in SHOW CREATE TABLE with `show_old_temporals=ON`): the TABLE_MAP gives
+    /// them the old DATETIME/TIME/TIMESTAMP types with no metadata, so their fraction digits,
+    /// and with them the size of every value, are not in the binlog (MariaDB's own
+    /// mariadb-binlog cannot decode such rows either). Refused rather than read as something else.
+    #[error("table {table}: columns {columns} use MariaDB's legacy (pre-10.1, mariadb-5.3) temporal format, whose fraction digits the binlog does not record; convert them with SET GLOBAL mysql56_temporal_format=ON then ALTER TABLE {table} FORCE, or unmap the table")]
+    LegacyTemporal { table: String, columns: String },
     /// A row event refers to a table id with no preceding TABLE_MAP.
     #[error("row event for table id {table_id} without a preceding TABLE_MAP")]
     NoTableMap { table_id: u64 },
@@ -199,6 +206,18 @@ impl TableSchema {
         }
         for c in &mut columns {
             c.text = crate::charset::Charset::of(c.charset);
+        }
+        if mariadb {
+            // MariaDB writes DATETIME2/TIME2/TIMESTAMP2 for every column in the current format;
+            // the old type codes mean the legacy format (see DecodeError::LegacyTemporal).
+            let legacy: Vec<&str> = columns
+                .iter()
+                .filter(|c| matches!(c.ty, ColumnType::MYSQL_TYPE_DATETIME | ColumnType::MYSQL_TYPE_TIME | ColumnType::MYSQL_TYPE_TIMESTAMP))
+                .map(|c| &*c.name)
+                .collect();
+            if !legacy.is_empty() {
+                return Err(DecodeError::LegacyTemporal { table: name.to_string(), columns: legacy.join(", ") });
+            }
         }
         if require_names && !have_names && n > 0 {
             return Err(DecodeError::NoColumnNames { table: name.to_string() });
