@@ -13,8 +13,16 @@
 //!   TIMESTAMP as a UTC instant, YEAR as a number, BIT as a number, ENUM as its label, SET as a
 //!   list of labels, text decoded from its charset, binary as base64, NULL as null, and a column
 //!   absent from the row image absent;
-//! * fixes for known mysql_common gaps: signed MEDIUMINT sign extension, BINARY(n) trailing
-//!   zero bytes, YEAR 0000.
+//! * fixes for known mysql_common (0.37) gaps: signed MEDIUMINT sign extension, BINARY(n)
+//!   trailing zero bytes, YEAR 0000; negative TIME(1)/TIME(2) fractions (parsed here, see
+//!   `time2_short_fraction`); which columns the charset metadata covers (MariaDB counts
+//!   GEOMETRY, MySQL 9 VECTOR: [`charset_column`]); MySQL PARTIAL_JSON diffs applied to the
+//!   before image ([`apply_json_diffs`]); MariaDB legacy temporal columns refused
+//!   ([`DecodeError::LegacyTemporal`]);
+//! * events mysql_common does not read: MariaDB's compressed events (`log_bin_compress=ON`,
+//!   [`uncompress_mariadb_event`]), MySQL 8 TRANSACTION_PAYLOAD cut into its events without
+//!   panicking on a damaged payload ([`transaction_payload_events`]), and which unknown event
+//!   types may be passed over ([`skippable_unknown_event`]).
 //!
 //! Anything that cannot be decoded exactly is a [`DecodeError`] naming the table and column:
 //! the pipeline stops rather than cache a wrong value.
