@@ -358,15 +358,13 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
     });
     while !buf.is_empty() {
         let before = match &before_cols {
-            Some(cols) => Some(read_image(table, cols, None, &mut buf).map_err(parse_err)?),
+            Some(cols) => Some(read_image(table, cols, None, &mut buf, None)?),
             None => None,
         };
         let after = match &after_cols {
-            Some(cols) => Some(read_image(table, cols, json_ordinals.as_deref(), &mut buf).map_err(parse_err)?),
+            Some(cols) => Some(read_image(table, cols, json_ordinals.as_deref(), &mut buf, before.as_ref())?),
             None => None,
         };
-        let before = before.map(|img| image_to_json(table, img, None)).transpose()?;
-        let after = after.map(|img| image_to_json(table, img, before.as_ref())).transpose()?;
         out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0 });
     }
     Ok(())
@@ -382,34 +380,39 @@ fn present_columns(table: &TableSchema, num_columns: usize, bit: impl Fn(usize) 
     }
 }
 
-/// One parsed row image: (column index, value) for every column present in the image, in
-/// table order.
-type Image = Vec<(usize, BinlogValue<'static>)>;
-
-/// Parse one row image, exactly as mysql_common's `BinlogRow` deserializer does: for an after
-/// image of PARTIAL_UPDATE_ROWS (`json_ordinals` given) the shared image (value options, then
-/// one partial bit per JSON column of the table), then the NULL bitmap (one bit per column
-/// present in the image), then the value of every present, non-NULL column. `cols` lists the
-/// present columns in table order.
-fn read_image<'de>(table: &'de TableSchema, cols: &[usize], json_ordinals: Option<&[usize]>, buf: &mut ParseBuf<'de>) -> std::io::Result<Image> {
+/// Parse one row image into its canonical JSON row, exactly as mysql_common's `BinlogRow`
+/// deserializer frames it: for an after image of PARTIAL_UPDATE_ROWS (`json_ordinals` given)
+/// the shared image (value options, then one partial bit per JSON column of the table), then the
+/// NULL bitmap (one bit per column present in the image), then the value of every present,
+/// non-NULL column, each parsed by mysql_common's `BinlogValue` and converted at once. `cols`
+/// lists the present columns in table order; `before`: the before image of the same row, to
+/// which the JSON diffs of a partial after image apply.
+fn read_image<'de>(
+    table: &'de TableSchema,
+    cols: &[usize],
+    json_ordinals: Option<&[usize]>,
+    buf: &mut ParseBuf<'de>,
+    before: Option<&Row>,
+) -> Result<Row, DecodeError> {
+    let parse_err = |e: std::io::Error| DecodeError::Parse { table: table.name.to_string(), source: e };
     let partial_bits: Option<&'de [u8]> = match json_ordinals {
         Some(_) => {
-            let value_options = *buf.parse::<RawInt<LenEnc>>(())?;
+            let value_options = *buf.parse::<RawInt<LenEnc>>(()).map_err(parse_err)?;
             if value_options & BinlogRowValueOptions::PARTIAL_JSON_UPDATES as u64 > 0 {
                 let json_columns = table.columns.iter().filter(|c| c.ty == ColumnType::MYSQL_TYPE_JSON).count();
-                Some(buf.parse::<&[u8]>(json_columns.div_ceil(8))?)
+                Some(buf.parse::<&[u8]>(json_columns.div_ceil(8)).map_err(parse_err)?)
             } else {
                 None
             }
         }
         None => None,
     };
-    let null_bitmap: &[u8] = buf.parse(cols.len().div_ceil(8))?;
-    let mut values = Vec::with_capacity(cols.len());
+    let null_bitmap: &[u8] = buf.parse(cols.len().div_ceil(8)).map_err(parse_err)?;
+    let mut row = Map::new();
     for (image_idx, &i) in cols.iter().enumerate() {
         let col = &table.columns[i];
-        let v = if null_bitmap[image_idx / 8] & (1 << (image_idx % 8)) != 0 {
-            BinlogValue::Value(Value::NULL)
+        let json = if null_bitmap[image_idx / 8] & (1 << (image_idx % 8)) != 0 {
+            Json::Null
         } else {
             let is_partial = match (partial_bits, json_ordinals) {
                 (Some(bits), Some(ord)) if col.ty == ColumnType::MYSQL_TYPE_JSON => {
@@ -418,15 +421,25 @@ fn read_image<'de>(table: &'de TableSchema, cols: &[usize], json_ordinals: Optio
                 }
                 _ => false,
             };
-            if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
-                time2_short_fraction(buf)?
+            let v = if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
+                time2_short_fraction(buf).map_err(parse_err)?
             } else {
-                buf.parse::<BinlogValue<'de>>((col.ty, &col.meta[..], col.unsigned, is_partial))?.into_owned()
+                buf.parse::<BinlogValue<'de>>((col.ty, &col.meta[..], col.unsigned, is_partial)).map_err(parse_err)?
+            };
+            match v {
+                BinlogValue::JsonDiff(diffs) => {
+                    let partial = |detail: String| DecodeError::PartialJson { table: table.name.to_string(), column: col.name.to_string(), detail };
+                    let base = before
+                        .and_then(|b| b.get(&*col.name))
+                        .ok_or_else(|| partial("the before image does not hold the column (binlog_row_image is not FULL)".into()))?;
+                    apply_json_diffs(base, &diffs).map_err(partial)?
+                }
+                v => value_to_json(&table.name, col, v)?,
             }
         };
-        values.push((i, v));
+        row.insert(col.name.to_string(), json);
     }
-    Ok(values)
+    Ok(row)
 }
 
 /// A TIME(1) or TIME(2) value (MYSQL_TYPE_TIME2 with fsp 1-2): 3 bytes big-endian integer part
@@ -446,27 +459,6 @@ fn time2_short_fraction(buf: &mut ParseBuf<'_>) -> std::io::Result<BinlogValue<'
     }
     let packed = (intpart << 24) + frac * 10_000;
     Ok(BinlogValue::Value(mysql_common::binlog::misc::time_from_packed(packed)))
-}
-
-/// The canonical JSON of one row image. `before`: the before image of the same row, for an
-/// after image of PARTIAL_UPDATE_ROWS, whose JSON diffs apply to the before value.
-fn image_to_json(table: &TableSchema, values: Image, before: Option<&Row>) -> Result<Row, DecodeError> {
-    let mut row = Map::with_capacity(values.len());
-    for (i, v) in values {
-        let col = &table.columns[i];
-        let json = match v {
-            BinlogValue::JsonDiff(diffs) => {
-                let partial = |detail: String| DecodeError::PartialJson { table: table.name.to_string(), column: col.name.to_string(), detail };
-                let base = before
-                    .and_then(|b| b.get(&*col.name))
-                    .ok_or_else(|| partial("the before image does not hold the column (binlog_row_image is not FULL)".into()))?;
-                apply_json_diffs(base, &diffs).map_err(partial)?
-            }
-            v => value_to_json(&table.name, col, v)?,
-        };
-        row.insert(col.name.to_string(), json);
-    }
-    Ok(row)
 }
 
 /// Apply MySQL JSON diffs (PARTIAL_UPDATE_ROWS, `binlog_row_value_options=PARTIAL_JSON`) to
@@ -584,7 +576,7 @@ fn json_path_legs(path: &str) -> Option<Vec<Leg>> {
 }
 
 /// Convert one binlog value of column `col` of table `table` to its canonical JSON form.
-pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'static>) -> Result<Json, DecodeError> {
+pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Result<Json, DecodeError> {
     use ColumnType::*;
     let unsupported = || DecodeError::UnsupportedType { table: table.into(), column: col.name.to_string(), ty: col.ty };
     let v = match v {
