@@ -316,8 +316,18 @@ async fn read_once(
         let header = ev.header();
         // Position and time of this event: the payload event's for the events inside one.
         let placed = outer.unwrap_or(header);
-        if placed.log_pos() != 0 {
-            last_pos = placed.log_pos() as u64;
+        if placed.log_pos() != 0 && outer.is_none() && positions_grow(header.event_type_raw()) {
+            // Within one file the end positions of these events only grow. The replication
+            // protocol carries them in 32 bits: past 4 GiB of one file they wrap, and a
+            // checkpoint would name the wrong place. Stop before passing such a position on.
+            let p = placed.log_pos() as u64;
+            if p < last_pos {
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "binlog file {file} grew past 4 GiB (event ending at {p} after one ending at {last_pos}): binlog positions are 32-bit in the replication protocol and wrap there, so binval cannot name a resume position; keep binlog files under 4 GiB (max_binlog_size, no transaction of several GiB)"
+                ))
+                .into());
+            }
+            last_pos = p;
         }
         let here = |file: &str| SourcePosition { file: file.to_string(), pos: placed.log_pos() as u64, gtid: None };
         let at = || format!("{}:{}", file, placed.log_pos());
@@ -368,6 +378,10 @@ async fn read_once(
                     name.truncate(name.len().saturating_sub(4));
                 }
                 file = String::from_utf8_lossy(&name).into_owned();
+                if header.log_pos() != 0 {
+                    // A real rotation: positions start again in the new file.
+                    last_pos = r.position();
+                }
                 if header.log_pos() != 0 && !asm.in_transaction() {
                     // A real rotation: move the checkpoint to the new file even when no
                     // transaction follows, so an idle source never pins a log that may be purged.
@@ -491,6 +505,13 @@ async fn read_once(
             *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
         }
     }
+}
+
+/// Event types whose end positions within one binlog file only grow (never sent as fakes with
+/// an older position at the start of a stream): QUERY, XID, TABLE_MAP, row events (v1, v2,
+/// partial, MariaDB compressed), MySQL GTID / ANONYMOUS_GTID, MariaDB GTID, TRANSACTION_PAYLOAD.
+fn positions_grow(ty: u8) -> bool {
+    matches!(ty, 2 | 16 | 19 | 23..=25 | 30..=34 | 39 | 40 | 162 | 165..=171)
 }
 
 /// True when the last 4 bytes of the event body are the CRC32 of the event before them
