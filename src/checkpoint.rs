@@ -3,9 +3,13 @@
 //! sinks). A restart resumes there; changes between the checkpoint and a crash are applied
 //! again (at-least-once: version tokens only grow, consumers evict once more).
 //!
-//! Stored in Redis (`binval:checkpoint:<source name>`, default) or in a file replaced
+//! Stored in Redis (`binval:{<source name>}:checkpoint`, default) or in a file replaced
 //! atomically (write to a temporary file, fsync, rename). Saved at most once per
 //! `checkpoint.interval_ms` while transactions flow, and once more on shutdown.
+//!
+//! In Redis the save is fenced: a script writes the checkpoint only while the saver's fencing
+//! token is the newest one handed out for the source (see [`crate::lease`]), so a paused,
+//! stale instance can never move the shared checkpoint.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
+use crate::mapping::TableNames;
 use crate::redis_sink::RedisConn;
 
 /// What is saved.
@@ -30,6 +35,13 @@ pub struct Checkpoint {
     pub gtid: Option<String>,
     /// When it was saved, Unix ms.
     pub saved_at_ms: u64,
+    /// Mapped tables renamed before this position (see [`crate::mapping::TableNames`]).
+    #[serde(default, skip_serializing_if = "is_empty_names")]
+    pub renamed: TableNames,
+}
+
+fn is_empty_names(n: &TableNames) -> bool {
+    n.0.is_empty()
 }
 
 /// Tracks the GTID state (last GTID per MariaDB domain) of acknowledged transactions.
@@ -62,8 +74,8 @@ impl GtidState {
 
 /// Where checkpoints are read from and written to.
 pub enum CheckpointStoreImpl {
-    /// In Redis under `key`.
-    Redis { conn: RedisConn, key: String },
+    /// In Redis under `key`; saves are fenced by `token` against the counter at `fence_key`.
+    Redis { conn: RedisConn, key: String, fence_key: String, token: Option<u64> },
     /// In a file.
     File { path: PathBuf },
 }
@@ -72,8 +84,20 @@ impl CheckpointStoreImpl {
     /// Build the store for `source_name`.
     pub fn new(cfg: &CheckpointConfig, source_name: &str, redis: &RedisConn) -> Self {
         match cfg.store {
-            CheckpointStore::Redis => CheckpointStoreImpl::Redis { conn: redis.clone(), key: format!("binval:checkpoint:{source_name}") },
+            CheckpointStore::Redis => CheckpointStoreImpl::Redis {
+                conn: redis.clone(),
+                key: checkpoint_key(source_name),
+                fence_key: crate::lease::fence_key(source_name),
+                token: None,
+            },
             CheckpointStore::File => CheckpointStoreImpl::File { path: cfg.path.clone().expect("validated") },
+        }
+    }
+
+    /// Fence every later save (Redis store) with the fencing token of this instance's lease.
+    pub fn set_token(&mut self, t: u64) {
+        if let CheckpointStoreImpl::Redis { token, .. } = self {
+            *token = Some(t);
         }
     }
 
@@ -90,7 +114,7 @@ impl CheckpointStoreImpl {
     pub async fn load(&mut self) -> Result<Option<Checkpoint>, Error> {
         let loc = self.location();
         let text = match self {
-            CheckpointStoreImpl::Redis { conn, key } => {
+            CheckpointStoreImpl::Redis { conn, key, .. } => {
                 conn.get(key).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
             }
             CheckpointStoreImpl::File { path } => match tokio::fs::read_to_string(&*path).await {
@@ -112,8 +136,21 @@ impl CheckpointStoreImpl {
         let loc = self.location();
         let text = serde_json::to_string(cp).expect("checkpoint serializes");
         match self {
-            CheckpointStoreImpl::Redis { conn, key } => {
+            CheckpointStoreImpl::Redis { conn, key, token: None, .. } => {
                 conn.set(key, &text).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
+            }
+            CheckpointStoreImpl::Redis { conn, key, fence_key, token: Some(t) } => {
+                let ok: i64 = conn
+                    .eval(SAVE_FENCED, &[key.clone(), fence_key.clone()], &[text, t.to_string()])
+                    .await
+                    .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?;
+                if ok != 1 {
+                    return Err(TransientError::LeaseLost {
+                        source_name: key.clone(),
+                        message: format!("checkpoint save refused: fencing token {t} is no longer the newest"),
+                    }
+                    .into());
+                }
             }
             CheckpointStoreImpl::File { path } => {
                 let path = path.clone();
@@ -125,6 +162,21 @@ impl CheckpointStoreImpl {
         }
         Ok(())
     }
+}
+
+/// Save the checkpoint only when `ARGV[2]` is still the newest fencing token (`KEYS[2]`).
+const SAVE_FENCED: &str = r#"
+if redis.call('GET', KEYS[2]) == ARGV[2] then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
+/// Redis key of the checkpoint of source `name`; shares the `{name}` hash tag with the lease
+/// keys so the fenced save script can read the fencing token in a cluster.
+pub fn checkpoint_key(name: &str) -> String {
+    format!("binval:{{{name}}}:checkpoint")
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -150,8 +202,8 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 }
 
 /// Build a checkpoint for an acknowledged position.
-pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState) -> Checkpoint {
-    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms() }
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, names: &TableNames) -> Checkpoint {
+    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms(), renamed: names.clone() }
 }
 
 #[cfg(test)]
@@ -172,7 +224,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("binval-cp-{}", std::process::id()));
         let mut s = CheckpointStoreImpl::File { path: dir.join("cp.json") };
         assert_eq!(s.load().await.unwrap(), None);
-        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1 };
+        let mut renamed = TableNames::default();
+        renamed.0.insert("shop.goods".into(), Some("shop.items".into()));
+        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1, renamed };
         s.save(&cp).await.unwrap();
         assert_eq!(s.load().await.unwrap(), Some(cp));
         std::fs::write(dir.join("cp.json"), "nonsense").unwrap();

@@ -87,6 +87,40 @@ pub struct SourceConfig {
     /// Longest wait between reconnect attempts, ms (exponential backoff). Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// How writes are ordered (the fence position, see `binval_protocol::fence`): `auto`
+    /// (default: `gtid` on MariaDB, `file_pos` on MySQL), `gtid` (MariaDB GTID sequence number
+    /// within `fence_domain`; survives a failover inside the domain) or `file_pos` (binlog file
+    /// index and position; not comparable across servers).
+    #[serde(default)]
+    pub fence: FenceMode,
+    /// Fence epoch 0..=255 in the top 8 bits of every version: raise it by one after a failover
+    /// that makes positions incomparable (e.g. `file_pos` mode), so the new primary's changes
+    /// win over everything written before. Default 0.
+    #[serde(default)]
+    pub fence_epoch: u8,
+    /// The MariaDB GTID domain whose sequence numbers order writes in `gtid` mode. A mapped
+    /// change from another domain stops the pipeline (use `file_pos` for multi-domain sources).
+    /// Default 0.
+    #[serde(default)]
+    pub fence_domain: u32,
+    /// Lease of the active instance, ms: another `binval run` with the same source name waits
+    /// as standby and takes over when the lease is not renewed for this long. Renewed every
+    /// third of it. Default 5000.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: u64,
+}
+
+/// How the fence position of a transaction is derived.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FenceMode {
+    /// `gtid` on MariaDB, `file_pos` on MySQL.
+    #[default]
+    Auto,
+    /// MariaDB GTID sequence number within `source.fence_domain`.
+    Gtid,
+    /// `file_index << 32 | end_pos` of the commit.
+    FilePos,
 }
 
 /// Redis deployment kind.
@@ -112,6 +146,10 @@ pub struct RedisConfig {
     /// Per-command response timeout, ms. Default 2000.
     #[serde(default = "default_redis_timeout_ms")]
     pub timeout_ms: u64,
+    /// How long a delete's tombstone stays in the replicas, ms (it refuses late, older writes
+    /// of the key; after it expires the replica is simply missing). Default 86400000 (24 h).
+    #[serde(default = "default_tombstone_ttl_ms")]
+    pub tombstone_ttl_ms: u64,
 }
 
 /// `[kafka]`.
@@ -139,7 +177,7 @@ pub struct KafkaConfig {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckpointStore {
-    /// Key `binval:checkpoint:<source name>` in the configured Redis (default).
+    /// Key `binval:{<source name>}:checkpoint` in the configured Redis (default).
     #[default]
     Redis,
     /// A JSON file at `checkpoint.path`, replaced atomically (write + rename).
@@ -252,6 +290,12 @@ fn default_start() -> String {
 fn default_reconnect_max_ms() -> u64 {
     30_000
 }
+fn default_lease_ms() -> u64 {
+    5000
+}
+fn default_tombstone_ttl_ms() -> u64 {
+    86_400_000
+}
 fn default_redis_timeout_ms() -> u64 {
     2000
 }
@@ -361,6 +405,12 @@ impl Config {
         if self.source.name.is_empty() || !self.source.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad("source.name".into(), "must be non-empty and use only [A-Za-z0-9._-]".into()));
         }
+        if !(300..=600_000).contains(&self.source.lease_ms) {
+            return Err(bad("source.lease_ms".into(), "must be 300..=600000 ms".into()));
+        }
+        if self.redis.tombstone_ttl_ms == 0 {
+            return Err(bad("redis.tombstone_ttl_ms".into(), "must be > 0 (a tombstone without TTL would never leave Redis)".into()));
+        }
         if self.redis.urls.is_empty() {
             return Err(bad("redis.urls".into(), "needs at least one redis:// URL".into()));
         }
@@ -442,6 +492,17 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shipped_configs_load_and_validate() {
+        for f in ["config/binval.example.toml", "config/demo.toml", "config/docker.toml"] {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
+            let c = Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert_eq!(c.source.lease_ms, 5000, "{f}");
+        }
+        let c = Config::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/binval.example.toml")).unwrap();
+        assert_eq!((c.source.fence, c.source.fence_epoch, c.redis.tombstone_ttl_ms), (FenceMode::Auto, 0, 86_400_000));
+    }
 
     const OK: &str = r#"
 [source]

@@ -1,9 +1,15 @@
 //! DDL that matters to the cache. Column changes (ALTER TABLE ADD/DROP/MODIFY COLUMN) need
-//! nothing: every TABLE_MAP carries the table's current columns. Statements that remove rows
-//! or rename a table without row events — TRUNCATE, DROP TABLE, RENAME TABLE, ALTER TABLE ...
-//! RENAME, ALTER TABLE ... TRUNCATE/DROP/EXCHANGE PARTITION — would leave cached keys stale with no event to evict them. Until binval acts on
-//! them (table epochs, issue #3), the source stops with a definite error naming the table, the
-//! position and the statement rather than skip them.
+//! nothing: every TABLE_MAP carries the table's current columns. Statements that remove or
+//! swap rows without row events would leave cached keys stale with no event to evict them:
+//!
+//! * TRUNCATE, DROP TABLE, ALTER TABLE ... TRUNCATE/DROP/EXCHANGE PARTITION of a mapped table
+//!   invalidate every cached key of the table ([`TableDdl::invalidates`]): binval marks every
+//!   replica of the table's keys stale at the statement's position and publishes one `truncate`
+//!   event per key template (see `redis_sink::RedisConn::invalidate_template`).
+//! * RENAME TABLE and ALTER TABLE ... RENAME of a mapped table are followed: the table's rule
+//!   applies to the new name from then on (`mapping::TableNames`, saved in the checkpoint).
+//!   Renaming onto the name of another mapped table stops the source with a definite error
+//!   naming the table, the position and the statement.
 
 /// A statement that affects whole tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +19,14 @@ pub struct TableDdl {
     pub kind: &'static str,
     /// Tables named, as `schema.table` (the statement's default schema filled in).
     pub tables: Vec<String>,
+}
+
+impl TableDdl {
+    /// Whether binval acts on it by invalidating every key of the named mapped tables (all but
+    /// the renames, which are followed instead).
+    pub fn invalidates(&self) -> bool {
+        !self.kind.contains("RENAME")
+    }
 }
 
 /// Recognise a table-level DDL statement. `default_schema` is the QUERY event's schema.

@@ -38,7 +38,7 @@ pub enum DefiniteError {
     #[error("source setting {setting} is {found:?}, binval needs {want}: set `{setting}={want}` in the server configuration (my.cnf [mysqld]) or SET GLOBAL {setting}='{want}', then restart binval")]
     SourceSetting { setting: &'static str, found: String, want: &'static str },
     /// The start position is no longer (or never was) in the primary's binlog.
-    #[error("the source no longer has binlog position {position}: {message}. Choose a newer start (source.start) or bootstrap the cache; binval never silently starts from now")]
+    #[error("the source no longer has binlog position {position}: {message}. Changes since then cannot be replayed: delete the cached keys of the mapped tables (they may be stale), then choose a newer start (source.start) or delete the checkpoint to start at the current position; binval never silently starts from now")]
     PositionGone { position: String, message: String },
     /// A row could not be decoded exactly.
     #[error("at binlog position {position}: {source}")]
@@ -61,6 +61,9 @@ pub enum DefiniteError {
     /// The metrics endpoint could not be started (address in use, bad address).
     #[error("metrics endpoint: {0}")]
     MetricsListen(String),
+    /// The fence position (the order of writes) of a transaction cannot be derived.
+    #[error("cannot order the writes of the transaction at {position}: {message}")]
+    Fence { position: String, message: String },
     /// The checkpoint store holds something that is not a checkpoint.
     #[error("checkpoint at {location} is unreadable: {message}")]
     BadCheckpoint { location: String, message: String },
@@ -84,6 +87,10 @@ pub enum TransientError {
     /// The checkpoint could not be saved.
     #[error("checkpoint save: {0}")]
     Checkpoint(String),
+    /// Another instance holds the lease of this source (its fencing token is newer): this
+    /// instance stops writing and waits as standby.
+    #[error("lease of source {source_name} lost: {message}; continuing as standby")]
+    LeaseLost { source_name: String, message: String },
 }
 
 /// Result with [`Error`].

@@ -72,6 +72,22 @@ impl KafkaSink {
         }
     }
 
+    /// Enqueue an already-encoded event (re-publishing), with a `binval.republished` header.
+    pub async fn enqueue_raw(&self, key: &[u8], payload: &[u8]) -> Result<DeliveryFuture, Error> {
+        use rdkafka::message::{Header, OwnedHeaders};
+        loop {
+            let headers = OwnedHeaders::new().insert(Header { key: "binval.republished", value: Some("1") });
+            let rec = FutureRecord::to(&self.topic).key(key).payload(payload).headers(headers);
+            match self.producer.send_result(rec) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue: {e}")).into()),
+            }
+        }
+    }
+
     /// Wait up to `timeout` for everything enqueued to be delivered.
     pub async fn flush(&self, timeout: Duration) {
         let p = self.producer.clone();

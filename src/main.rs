@@ -40,6 +40,55 @@ enum Command {
         #[arg(long, short, env = "BINVAL_CONFIG")]
         config: PathBuf,
     },
+    /// Re-apply a binlog range through the same version-fenced writes as `run` (safe beside a
+    /// live `run`: changes Redis already holds are no-ops). Prints one JSON summary line; with
+    /// --dry-run also one JSON line per key change (key, op, version now and new, replica
+    /// positions, would_change) and writes nothing.
+    Replay {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        /// Start: FILE:POS, gtid:D-S-N (the first transaction after it) or a UTC date-time
+        /// "YYYY-MM-DD HH:MM:SS".
+        #[arg(long)]
+        from: String,
+        /// End, inclusive (same forms). Default: the primary's position when replay starts.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only this mapped table (`schema.table`); repeat for several. Default: all mapped tables.
+        #[arg(long = "table")]
+        tables: Vec<String>,
+        /// Print what would change and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many key changes per second.
+        #[arg(long)]
+        rate: Option<u32>,
+        /// server_id of replay's replica connection (default: source.server_id + 1000000).
+        #[arg(long)]
+        server_id: Option<u32>,
+        /// No progress line on stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Publish the invalidation events of a past range again, so app instances that missed
+    /// them (e.g. partitioned from the broker) apply them now. Idempotent for consumers (the
+    /// evict rule); Redis is not touched. Prints one JSON summary line.
+    Republish {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        /// Start: a UTC date-time "YYYY-MM-DD HH:MM:SS" (Kafka message time) or
+        /// PARTITION:OFFSET[,PARTITION:OFFSET...].
+        #[arg(long)]
+        from: String,
+        /// End (message time, UTC, inclusive). Default: the end of each partition at start.
+        #[arg(long)]
+        to: Option<String>,
+        /// Count what would be re-published, publish nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Decode a binlog file offline: one JSON line per event and per row (canonical values).
     /// Exits 1 with the file and position when the file is truncated, corrupt or undecodable.
     Decode {
@@ -58,7 +107,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = match &cli.command {
-        Command::Run { config } | Command::Check { config } => config.clone(),
+        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } | Command::Republish { config, .. } => config.clone(),
         Command::Decode { binlog_file, start, stop } => return decode(binlog_file, *start, *stop),
     };
     let cfg = match Config::load(&path) {
@@ -79,6 +128,10 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { .. } => run(cfg).await,
             Command::Check { .. } => check(cfg).await,
+            Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, .. } => {
+                replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet).await
+            }
+            Command::Republish { from, to, dry_run, .. } => republish(cfg, from, to, dry_run).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
         }
     });
@@ -90,7 +143,11 @@ fn main() -> ExitCode {
             } else {
                 eprintln!("error: {e}");
             }
-            ExitCode::from(1)
+            // 2: bad configuration or arguments (like a config file error), 1: anything else.
+            match e {
+                Error::Definite(binval::error::DefiniteError::Config(_)) => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
         }
     }
 }
@@ -119,6 +176,56 @@ async fn run(cfg: Config) -> Result<(), Error> {
     let stats = Arc::new(binval::pipeline::Stats::default());
     binval::pipeline::run(cfg, rx, stats).await?;
     tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn replay(
+    cfg: Config,
+    from: String,
+    to: Option<String>,
+    tables: Vec<String>,
+    dry_run: bool,
+    rate: Option<u32>,
+    server_id: Option<u32>,
+    progress: bool,
+) -> Result<(), Error> {
+    use binval::replay::{ReplayArgs, ReplayPoint};
+    let arg = |field: &str, reason: String| -> Error {
+        binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
+    };
+    let from = ReplayPoint::parse("--from", &from).map_err(|r| arg("--from", r))?;
+    let to = to.map(|t| ReplayPoint::parse("--to", &t)).transpose().map_err(|r| arg("--to", r))?;
+    if rate == Some(0) {
+        return Err(arg("--rate", "must be at least 1 key change per second".into()));
+    }
+    let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress };
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::warn!("interrupted: stopping replay after the current transaction (rerun it: replay is idempotent)");
+        let _ = tx.send(true);
+    });
+    let summary = binval::replay::run(&cfg, &args, |line| println!("{line}"), rx).await?;
+    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
+    Ok(())
+}
+
+async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool) -> Result<(), Error> {
+    use binval::republish::RepublishFrom;
+    let arg = |field: &str, reason: String| -> Error {
+        binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
+    };
+    let from = RepublishFrom::parse(&from).map_err(|r| arg("--from", r))?;
+    let to = match to {
+        Some(t) => match RepublishFrom::parse(&t) {
+            Ok(RepublishFrom::Time(ms)) => Some(ms),
+            _ => return Err(arg("--to", format!("`{t}`: expected a UTC date-time"))),
+        },
+        None => None,
+    };
+    let summary = binval::republish::run(&cfg, &from, to, dry_run).await?;
+    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     Ok(())
 }
 

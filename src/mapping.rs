@@ -48,6 +48,45 @@ struct Rule {
     ttl_secs: u64,
 }
 
+/// Renamed mapped tables, followed as the binlog goes: current `schema.table` -> the
+/// configured name whose rule applies (`Some`), or `None` for a configured name that was renamed
+/// away (no longer mapped under that name). Saved in the checkpoint, so a restart after a
+/// RENAME keeps following it; a restart before it replays the RENAME and follows it again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct TableNames(pub std::collections::BTreeMap<String, Option<String>>);
+
+impl TableNames {
+    /// The configured table whose rule applies to live table `name`, if any.
+    pub fn resolve(&self, mapper: &Mapper, name: &str) -> Option<String> {
+        match self.0.get(name) {
+            Some(v) => v.clone(),
+            None => mapper.rules.contains_key(name).then(|| name.to_string()),
+        }
+    }
+
+    /// Follow `RENAME from TO to`. Returns `Ok(true)` when `from` was mapped (the rule now
+    /// applies to `to`), `Ok(false)` when neither is mapped, and `Err(configured name)` when
+    /// `to` is itself mapped (its keys would mix with another table's: not followed).
+    pub fn rename(&mut self, mapper: &Mapper, from: &str, to: &str) -> Result<bool, String> {
+        let Some(cfg) = self.resolve(mapper, from) else { return Ok(false) };
+        if let Some(other) = self.resolve(mapper, to) {
+            return Err(other);
+        }
+        if mapper.rules.contains_key(from) {
+            self.0.insert(from.to_string(), None);
+        } else {
+            self.0.remove(from);
+        }
+        if to == cfg {
+            self.0.remove(to);
+        } else {
+            self.0.insert(to.to_string(), Some(cfg));
+        }
+        Ok(true)
+    }
+}
+
 /// The compiled mapping rules of a config.
 #[derive(Debug, Default)]
 pub struct Mapper {
@@ -85,6 +124,12 @@ impl Mapper {
             return false;
         }
         self.rules.contains_key(&format!("{schema}.{table}"))
+    }
+
+    /// The key templates, replica count and replica TTL (s) of mapped table `table`
+    /// (`schema.table`), for table-wide invalidation.
+    pub fn templates_of(&self, table: &str) -> Option<(&[KeyTemplate], u32, u64)> {
+        self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
     }
 
     /// Mapped table names.

@@ -12,9 +12,14 @@
 //!    then moves the acknowledged position past it (I3); it saves at most once per interval
 //!    and once more when the pipeline stops for any reason.
 //!
+//! Before any of it runs, the instance takes the source's lease ([`crate::lease`]); while
+//! another instance holds it, this one waits as standby. A fourth task renews the lease and
+//! stops the pipeline when it is lost.
+//!
 //! The supervisor restarts the whole pipeline from the saved checkpoint after a transient
 //! failure (with exponential backoff), and stops on a definite one. Re-applied transactions
-//! bump version tokens again — tokens only grow, so consumers at worst evict once more.
+//! are no-ops in Redis (version-fenced writes, see [`crate::redis_sink`]) and publish their
+//! events again with the same versions, which consumers ignore (the evict rule).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -29,8 +34,10 @@ use crate::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
 use crate::config::{Config, StartPosition};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::kafka_sink::KafkaSink;
-use crate::mapping::{KeyChange, Mapper};
-use crate::redis_sink::RedisConn;
+use crate::fence::FenceRule;
+use crate::lease::Lease;
+use crate::mapping::{KeyChange, Mapper, TableNames};
+use crate::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 use crate::source::{self, Resume, SourceStats};
 use crate::telemetry::names;
 use crate::txn::Transaction;
@@ -71,10 +78,19 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
         .with_max_elapsed_time(None)
         .build();
     let progress = tokio::spawn(progress_log(stats.clone(), shutdown.clone()));
+    let holder = crate::lease::holder_id();
     let result = loop {
         let started = Instant::now();
-        match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone()).await {
+        match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone(), &holder).await {
             Ok(()) => break Ok(()),
+            Err(Error::Transient(e @ TransientError::LeaseLost { .. })) => {
+                if *shutdown.borrow() {
+                    break Ok(());
+                }
+                stats.restarts.fetch_add(1, Relaxed);
+                metrics::counter!(names::RESTARTS).increment(1);
+                tracing::warn!(error = %e, "stopped writing: another instance is active");
+            }
             Err(Error::Transient(e)) => {
                 if *shutdown.borrow() {
                     break Ok(());
@@ -99,14 +115,33 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
     result
 }
 
-async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
+async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, holder: &str) -> Result<(), Error> {
     let redis = RedisConn::connect(&cfg.redis).await?;
+    let lease = {
+        let mut sd = shutdown.clone();
+        match Lease::acquire(&redis, &cfg.source.name, holder, cfg.source.lease_ms, &mut sd).await? {
+            Some(l) => l,
+            None => return Ok(()),
+        }
+    };
+    let result = run_active(cfg, mapper, shutdown.clone(), stats, &redis, &lease).await;
+    if *shutdown.borrow() && !matches!(result, Err(Error::Transient(TransientError::LeaseLost { .. }))) {
+        lease.release(&redis).await;
+    }
+    result
+}
+
+async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, redis: &RedisConn, lease: &Lease) -> Result<(), Error> {
+    let redis = redis.clone();
     let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+    store.set_token(lease.token);
     let saved = store.load().await?;
     let kafka = Arc::new(KafkaSink::connect(&cfg.kafka).await?);
 
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
+    let fence = FenceRule::resolve(&cfg.source, info.mariadb);
+    let wctx = WriteBase { fence, token: lease.token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
     let logs = source::binary_logs(&mut conn).await?;
     for p in source::check_mappings(&mut conn, &cfg.mappings).await? {
         // Not fatal: the table may be created later; `binval check` fails on it.
@@ -115,6 +150,7 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
     let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
+    let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let mut gtids = GtidState::default();
     if let Some(g) = saved.as_ref().and_then(|c| c.gtid.as_deref()) {
         for one in g.split(',') {
@@ -136,7 +172,7 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
             }
             // Pin the start now: a crash before the first transaction must not move a
             // `current` start forward and skip changes.
-            store.save(&checkpoint_at(p, &gtids)).await?;
+            store.save(&checkpoint_at(p, &gtids, &names)).await?;
             tracing::info!(file = %p.file, pos = p.pos, store = %store.location(), "no checkpoint; starting at configured position");
         }
         (None, Resume::Gtid(g)) => tracing::info!(gtid = %g, "no checkpoint; starting at configured GTID position"),
@@ -164,32 +200,42 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
         r
     };
     let source_task = {
-        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
+        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), names.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let apply_task = {
-        let (st, f) = (stop_tx.clone(), apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone()));
+        let (st, f) = (stop_tx.clone(), apply_loop(mapper, redis.clone(), kafka.clone(), txn_rx, ack_tx, stats.clone(), wctx));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let interval = Duration::from_millis(cfg.checkpoint.interval_ms);
     let store = Arc::new(Mutex::new(store));
     let cp_task = {
-        let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, interval, stats.clone()));
+        let (st, f) = (stop_tx.clone(), checkpoint_loop(store, ack_rx, gtids, names, interval, stats.clone()));
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
+    let lease_task = {
+        let (st, lease, conn, stop) = (stop_tx.clone(), lease.clone(), redis.clone(), stop_rx.clone());
+        tokio::spawn(async move { stop_on_error(st, lease.keep(conn, stop).await) })
+    };
     let (s, a, c) = tokio::join!(source_task, apply_task, cp_task);
+    let _ = stop_tx.send(true);
+    let l = lease_task.await;
     forward.abort();
     let flat = |r: Result<Result<(), Error>, tokio::task::JoinError>| match r {
         Ok(r) => r,
         Err(e) => Err(TransientError::Source(format!("task failed: {e}")).into()),
     };
     // Report the root cause: a definite error wins over the transient ones it caused.
-    let results = [flat(s), flat(a), flat(c)];
+    let results = [flat(l), flat(s), flat(a), flat(c)];
+    // A lost lease wins over everything: the other failures are its consequences.
     let mut first: Option<Error> = None;
     for r in results {
         if let Err(e) = r {
+            let lost = |e: &Error| matches!(e, Error::Transient(TransientError::LeaseLost { .. }));
             match (&first, &e) {
                 (None, _) => first = Some(e),
+                (Some(f), _) if lost(f) => {}
+                (_, e2) if lost(e2) => first = Some(e),
                 (Some(Error::Transient(_)), Error::Definite(_)) => first = Some(e),
                 _ => {}
             }
@@ -209,7 +255,16 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
 struct Pending {
     position: SourcePosition,
     commit_time_ms: u64,
+    table_names: Option<Arc<TableNames>>,
     deliveries: Vec<(String, DeliveryFuture)>,
+}
+
+/// What every write of this tenure shares.
+#[derive(Debug, Clone, Copy)]
+struct WriteBase {
+    fence: FenceRule,
+    token: u64,
+    tombstone_ttl_ms: u64,
 }
 
 async fn apply_loop(
@@ -219,21 +274,29 @@ async fn apply_loop(
     mut rx: mpsc::Receiver<Transaction>,
     acks: mpsc::Sender<Pending>,
     stats: Arc<Stats>,
+    base: WriteBase,
 ) -> Result<(), Error> {
     let mut changes: Vec<KeyChange> = Vec::new();
     while let Some(txn) = rx.recv().await {
         changes.clear();
         mapper.map_rows(&txn.rows, &mut changes);
+        collapse_per_key(&mut changes);
         let mut deliveries = Vec::with_capacity(changes.len());
         if !changes.is_empty() {
+            let w = WriteCtx { position: base.fence.position(&txn.position)?, token: base.token, tombstone_ttl_ms: base.tombstone_ttl_ms };
             let t = Instant::now();
-            let versions = redis.apply_all(&changes).await?;
+            let applied = redis.apply_all(&changes, &w).await?;
             metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
-            for (ch, version) in changes.iter().zip(versions) {
+            let noop = applied.iter().filter(|a| a.replicas_written == 0 && !a.version_moved).count();
+            if noop > 0 {
+                metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
+            }
+            for (ch, a) in changes.iter().zip(applied) {
+                crate::failpoint::hit("kafka.before_enqueue");
                 let ev = InvalidationEvent {
                     schema: EVENT_SCHEMA_VERSION,
                     key: ch.key.clone(),
-                    version,
+                    version: a.version,
                     op: ch.op,
                     table: ch.table.to_string(),
                     position: txn.position.clone(),
@@ -246,9 +309,32 @@ async fn apply_loop(
             metrics::counter!(names::KEY_CHANGES).increment(changes.len() as u64);
             metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
         }
+        // TRUNCATE / DROP TABLE / partition operations on mapped tables: every key of the
+        // table is stale at this position.
+        for table in &txn.invalidate_tables {
+            let Some((templates, replicas, _)) = mapper.templates_of(table) else { continue };
+            let w = WriteCtx { position: base.fence.position(&txn.position)?, token: base.token, tombstone_ttl_ms: base.tombstone_ttl_ms };
+            let table_arc: Arc<str> = Arc::from(table.as_str());
+            for t in templates {
+                let n = redis.invalidate_template(t, replicas, &table_arc, &w).await?;
+                tracing::info!(table = %table, template = %t, keys = n, position = %txn.position, "table-wide DDL: every key of the template marked stale");
+                crate::failpoint::hit("kafka.before_enqueue");
+                let ev = InvalidationEvent {
+                    schema: EVENT_SCHEMA_VERSION,
+                    key: t.as_str().to_string(),
+                    version: w.position.0,
+                    op: binval_protocol::Op::Truncate,
+                    table: table.clone(),
+                    position: txn.position.clone(),
+                    commit_time_ms: txn.commit_time_ms,
+                    publish_time_ms: crate::now_ms(),
+                };
+                deliveries.push((t.as_str().to_string(), kafka.enqueue(&ev).await?));
+            }
+        }
         stats.transactions.fetch_add(1, Relaxed);
         metrics::counter!(names::TRANSACTIONS).increment(1);
-        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, deliveries }).await.is_err() {
+        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries }).await.is_err() {
             break;
         }
     }
@@ -259,6 +345,7 @@ async fn checkpoint_loop(
     store: Arc<Mutex<CheckpointStoreImpl>>,
     mut rx: mpsc::Receiver<Pending>,
     mut gtids: GtidState,
+    mut names: TableNames,
     interval: Duration,
     stats: Arc<Stats>,
 ) -> Result<(), Error> {
@@ -272,7 +359,10 @@ async fn checkpoint_loop(
             match tokio::time::timeout_at(deadline.into(), rx.recv()).await {
                 Ok(n) => n,
                 Err(_) => {
-                    save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+                    if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &names, &stats).await {
+                        failure = Some(e);
+                        break 'outer;
+                    }
                     last_save = Instant::now();
                     dirty = false;
                     continue;
@@ -302,6 +392,9 @@ async fn checkpoint_loop(
         if let Some(g) = &p.position.gtid {
             gtids.record(g);
         }
+        if let Some(n) = &p.table_names {
+            names = (**n).clone();
+        }
         if p.commit_time_ms > 0 {
             metrics::gauge!(names::ACKED_COMMIT_TS).set(p.commit_time_ms as f64 / 1000.0);
             if had_events {
@@ -312,13 +405,18 @@ async fn checkpoint_loop(
         acked = Some(p.position);
         dirty = true;
         if last_save.elapsed() >= interval {
-            save(&store, acked.as_ref().unwrap(), &gtids, &stats).await;
+            if let Err(e) = save(&store, acked.as_ref().unwrap(), &gtids, &names, &stats).await {
+                failure = Some(e);
+                break 'outer;
+            }
             last_save = Instant::now();
             dirty = false;
         }
     }
-    if let (true, Some(a)) = (dirty, acked.as_ref()) {
-        save(&store, a, &gtids, &stats).await;
+    if let (true, Some(a), None) = (dirty, acked.as_ref(), &failure) {
+        if let Err(e) = save(&store, a, &gtids, &names, &stats).await {
+            failure = Some(e);
+        }
     }
     match failure {
         Some(e) => Err(e),
@@ -326,16 +424,24 @@ async fn checkpoint_loop(
     }
 }
 
-async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, stats: &Stats) {
-    let cp = checkpoint_at(pos, gtids);
+/// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
+/// and the next save retries).
+async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, names: &TableNames, stats: &Stats) -> Result<(), Error> {
+    let cp = checkpoint_at(pos, gtids, names);
+    crate::failpoint::hit("checkpoint.before_save");
     match store.lock().await.save(&cp).await {
         Ok(()) => {
+            crate::failpoint::hit("checkpoint.after_save");
             stats.checkpoints.fetch_add(1, Relaxed);
             metrics::counter!(names::CHECKPOINTS).increment(1);
             tracing::debug!(file = %cp.file, pos = cp.pos, "checkpoint saved");
+            Ok(())
         }
-        // A failed save only means a restart re-applies more; the next save retries.
-        Err(e) => tracing::warn!(error = %e, "checkpoint save failed; will retry"),
+        Err(e @ Error::Transient(TransientError::LeaseLost { .. })) => Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoint save failed; will retry");
+            Ok(())
+        }
     }
 }
 

@@ -1,13 +1,18 @@
 //! Redis stage: per changed key, in commit order, write all N suffix replicas, wait for every
-//! acknowledgement, then bump the version token with `INCR K:ver`.
+//! acknowledgement, then move the version token `K:ver` to the change's fence position.
 //!
-//! * Standalone: replicas and token in one `MULTI`/`EXEC` per key change, so a reader sees all
-//!   of it or none of it.
+//! Every single-key write is **version-fenced** (see `binval_protocol::fence`): a Lua script
+//! applies it only when its fence position is newer than what the key holds, so re-applying
+//! changes after a crash, a replay or a duplicate never moves a replica or a token backwards
+//! (invariant I2), and a delete leaves a tombstone that refuses late, older writes.
+//!
+//! * Standalone: replicas and token in one Lua script per key change (scripts run atomically),
+//!   so a reader sees all of it or none of it.
 //! * Cluster: replicas live in different hash slots, usually on different masters, and Redis
 //!   has no atomicity across slots (the redis crate refuses cross-slot pipelines). So binval
 //!   sends each replica write to its own slot's master concurrently (the multiplexed cluster
 //!   connection batches the commands per node), waits until every one is acknowledged, and only
-//!   then sends `INCR K:ver`. Order and idempotence carry correctness instead of atomicity: a
+//!   then runs the version script on `K:ver`. Order and idempotence carry correctness instead of atomicity: a
 //!   reader reads the token first, so it can pair a newer value with an older version (which
 //!   the next invalidation evicts) but never an older value with a newer version.
 //!
@@ -18,7 +23,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use binval_protocol::{replica_key, version_key};
+use binval_protocol::fence::{self, FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
+use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op, ReplicaRecord};
+use std::sync::Arc;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
@@ -61,6 +68,9 @@ impl RedisConn {
                 let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut cm).await.map_err(transient)?;
                 if info.contains("cluster_enabled:1") {
                     return Err(mode_mismatch("standalone", "is a Redis Cluster node; set redis.mode = \"cluster\""));
+                }
+                for code in [fence::key_apply_script()] {
+                    let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(code).query_async(&mut cm).await.map_err(transient)?;
                 }
                 Ok(RedisConn::Standalone(cm))
             }
@@ -105,51 +115,103 @@ impl RedisConn {
         }
     }
 
-    /// Apply one key change: replicas first, then the token. Returns the new version (what
-    /// `INCR` returned).
-    pub async fn apply(&self, ch: &KeyChange) -> Result<u64, Error> {
-        let vkey = version_key(&ch.key);
+    /// Run a Lua script (EVALSHA, loading it on NOSCRIPT), routed by its first key.
+    pub async fn eval<T: redis::FromRedisValue>(&mut self, code: &str, keys: &[String], args: &[String]) -> Result<T, RedisError> {
+        let script = redis::Script::new(code);
+        let mut inv = script.prepare_invoke();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
         match self {
-            RedisConn::Standalone(c) => {
-                let mut c = c.clone();
-                let mut p = redis::pipe();
-                p.atomic();
-                for i in 0..ch.replicas {
-                    replica_cmd(&mut p, &replica_key(&ch.key, i), ch);
-                }
-                p.incr(&vkey, 1u64);
-                let (v,): (u64,) = p.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
-                Ok(v)
-            }
-            RedisConn::Cluster(c) => {
-                let writes = (0..ch.replicas).map(|i| {
-                    let mut c = c.clone();
-                    let rk = replica_key(&ch.key, i);
-                    async move {
-                        let mut p = redis::pipe();
-                        replica_cmd(&mut p, &rk, ch);
-                        p.query_async::<()>(&mut c).await.map_err(|e| classify(e, &rk))
-                    }
-                });
-                futures::future::try_join_all(writes).await?;
-                let mut c = c.clone();
-                let v: u64 = c.incr(&vkey, 1u64).await.map_err(|e| classify(e, &vkey))?;
-                Ok(v)
-            }
+            RedisConn::Standalone(c) => inv.invoke_async(c).await,
+            RedisConn::Cluster(c) => inv.invoke_async(c).await,
         }
     }
 
-    async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>) -> Result<Vec<(usize, u64)>, Error> {
+    /// Apply one key change at fence position `pos` under fencing token `token`, following
+    /// "Writing one key" in `binval_protocol::fence`: skip when the version token is already
+    /// newer, else every replica through the replica script, then the version token. Re-applying a change is a no-op; an older change never
+    /// overwrites a newer one.
+    ///
+    /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
+    /// token; transient/definite Redis errors per [`classify`].
+    pub async fn apply(&self, ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Result<Applied, Error> {
+        let vkey = version_key(&ch.key);
+        let args = replica_args(ch, pos, token, tombstone_ttl_ms);
+        let (written, version_moved, lost) = match self {
+            RedisConn::Standalone(c) => {
+                let mut c = c.clone();
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(scripts().key.get_hash()).arg(1 + ch.replicas).arg(&vkey);
+                for i in 0..ch.replicas {
+                    cmd.arg(replica_key(&ch.key, i));
+                }
+                cmd.arg(&args);
+                let (w, m, l, skipped): (u32, i64, i64, i64) = cmd.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
+                if skipped == 1 {
+                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
+                }
+                (w, m == 1, l == 1)
+            }
+            RedisConn::Cluster(c) => {
+                // 1. A newer change fully applied? Then nothing to do (see binval_protocol::fence).
+                let mut vc = c.clone();
+                let ver: Option<Vec<u8>> = redis::cmd("GET").arg(&vkey).query_async(&mut vc).await.map_err(|e| classify(e, &vkey))?;
+                let ver = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey.clone(), message: m })?;
+                if ver > pos.0 {
+                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
+                }
+                // 2. Every replica, concurrently, each fenced on its own.
+                let writes = (0..ch.replicas).map(|i| {
+                    let mut c = c.clone();
+                    let rk = replica_key(&ch.key, i);
+                    let args = &args;
+                    async move {
+                        let mut inv = scripts().replica.key(&rk);
+                        inv.arg(args);
+                        let r: i64 = inv.invoke_async(&mut c).await.map_err(|e| classify(e, &rk))?;
+                        crate::failpoint::hit("redis.after_replica");
+                        Ok::<i64, Error>(r)
+                    }
+                });
+                let results = futures::future::try_join_all(writes).await?;
+                if results.iter().any(|r| *r < 0) {
+                    (0, false, true)
+                } else {
+                    crate::failpoint::hit("redis.before_version");
+                    // 3. The token, only after every replica acknowledged.
+                    let mut c = c.clone();
+                    let v: i64 = scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
+                    (results.iter().filter(|r| **r == 1).count() as u32, v == 1, false)
+                }
+            }
+        };
+        if lost {
+            return Err(TransientError::LeaseLost {
+                source_name: String::new(),
+                message: format!("a replica of key {} was written under a newer fencing token than {token}", ch.key),
+            }
+            .into());
+        }
+        Ok(Applied { version: pos.0, replicas_written: written, version_moved, skipped_newer: false })
+    }
+
+    async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>, w: &WriteCtx) -> Result<Vec<(usize, Applied)>, Error> {
         let mut out = Vec::with_capacity(idx.len());
         for i in idx {
-            out.push((i, self.apply(&changes[i]).await?));
+            out.push((i, self.apply(&changes[i], w.position, w.token, w.tombstone_ttl_ms).await?));
         }
         Ok(out)
     }
 
-    /// Apply the key changes of one transaction; returns the version of each change, index for
-    /// index. Same-key changes are applied in order, different keys concurrently.
-    pub async fn apply_all(&self, changes: &[KeyChange]) -> Result<Vec<u64>, Error> {
+    /// Apply the key changes of one transaction (all at the transaction's fence position);
+    /// returns the outcome of each change, index for index. Callers pass at most one change
+    /// per key (see [`collapse_per_key`]): two changes at the same position would be a no-op
+    /// re-apply for the second. Different keys are applied concurrently.
+    pub async fn apply_all(&self, changes: &[KeyChange], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
         let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut order: Vec<&str> = Vec::new();
         for (i, c) in changes.iter().enumerate() {
@@ -162,31 +224,187 @@ impl RedisConn {
                 .push(i);
         }
         let groups: Vec<Vec<usize>> = order.into_iter().map(|k| by_key.remove(k).unwrap_or_default()).collect();
-        let mut versions = vec![0u64; changes.len()];
-        let results: Vec<Vec<(usize, u64)>> = stream::iter(groups)
-            .map(|idx| self.apply_group(changes, idx))
+        let mut applied = vec![Applied::default(); changes.len()];
+        let results: Vec<Vec<(usize, Applied)>> = stream::iter(groups)
+            .map(|idx| self.apply_group(changes, idx, w))
             .buffer_unordered(KEY_CONCURRENCY)
             .try_collect()
             .await?;
-        for (i, v) in results.into_iter().flatten() {
-            versions[i] = v;
+        for (i, a) in results.into_iter().flatten() {
+            applied[i] = a;
         }
-        Ok(versions)
+        Ok(applied)
+    }
+
+    /// Mark every key of `template` stale at `w.position` (TRUNCATE / DROP TABLE of its table):
+    /// `SCAN` every master for the template's version tokens (`<glob>:ver`), then apply an
+    /// invalidate-kind change (replicas keep only the position: readers see no payload and
+    /// fall back to their loader) through the same fenced writes, so keys written after the
+    /// statement (newer positions) are left alone. Returns the number of keys found.
+    ///
+    /// Cost: one full `SCAN` of the keyspace per template (TRUNCATE is rare; the writes are
+    /// batched `KEY_CONCURRENCY` keys at a time).
+    pub async fn invalidate_template(&self, template: &KeyTemplate, replicas: u32, table: &Arc<str>, w: &WriteCtx) -> Result<u64, Error> {
+        let pattern = format!("{}:ver", template.glob());
+        let mut keys: Vec<String> = Vec::new();
+        match self {
+            RedisConn::Standalone(c) => scan_into(&mut c.clone(), &pattern, &mut keys).await?,
+            RedisConn::Cluster(_) => {
+                for mut node in self.cluster_masters().await? {
+                    scan_into(&mut node, &pattern, &mut keys).await?;
+                }
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        let n = keys.len() as u64;
+        for chunk in keys.chunks(4096) {
+            let changes: Vec<KeyChange> = chunk
+                .iter()
+                .map(|k| KeyChange { key: k.clone(), op: Op::Update, table: table.clone(), payload: None, replicas, ttl_secs: 0 })
+                .collect();
+            self.apply_all(&changes, w).await?;
+        }
+        Ok(n)
+    }
+
+    /// A plain connection to every Cluster master (SCAN runs per node).
+    async fn cluster_masters(&self) -> Result<Vec<redis::aio::MultiplexedConnection>, Error> {
+        let RedisConn::Cluster(c) = self else { return Ok(Vec::new()) };
+        let mut c = c.clone();
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await.map_err(transient)?;
+        let mut urls = Vec::new();
+        if let redis::Value::Array(ranges) = slots {
+            for r in ranges {
+                let redis::Value::Array(items) = r else { continue };
+                let Some(redis::Value::Array(master)) = items.get(2) else { continue };
+                let (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) = (master.first(), master.get(1)) else { continue };
+                urls.push(format!("redis://{}:{port}", String::from_utf8_lossy(host)));
+            }
+        }
+        urls.sort();
+        urls.dedup();
+        let mut out = Vec::new();
+        for u in urls {
+            let client = redis::Client::open(u.as_str()).map_err(transient)?;
+            out.push(client.get_multiplexed_async_connection().await.map_err(transient)?);
+        }
+        Ok(out)
+    }
+
+    /// Read one replica record and the version token of `key` (for replay dry-runs, verify and
+    /// tests): `(version, fence position of replica r, record)`.
+    pub async fn read_replica(&self, key: &str, r: u32) -> Result<(u64, Option<u64>, ReplicaRecord), Error> {
+        let rk = replica_key(key, r);
+        let mut c = self.clone();
+        let ver: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(version_key(key))).await.map_err(|e| classify(e, key))?;
+        let (d, p, t): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) =
+            c.query(redis::cmd("HMGET").arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE)).await.map_err(|e| classify(e, &rk))?;
+        let version = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: version_key(key), message: m })?;
+        Ok((version, p.and_then(|p| p.parse().ok()), ReplicaRecord::from_fields(d, t)))
     }
 }
 
-fn replica_cmd(p: &mut redis::Pipeline, rk: &str, ch: &KeyChange) {
-    match &ch.payload {
-        Some(v) if ch.ttl_secs > 0 => {
-            p.set_ex(rk, v, ch.ttl_secs).ignore();
-        }
-        Some(v) => {
-            p.set(rk, v).ignore();
-        }
-        None => {
-            p.del(rk).ignore();
+/// `SCAN MATCH pattern` over one node, appending logical keys (the `:ver` suffix removed).
+async fn scan_into<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, keys: &mut Vec<String>) -> Result<(), Error> {
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await
+            .map_err(|e| classify(e, pattern))?;
+        keys.extend(batch.into_iter().filter_map(|k| k.strip_suffix(":ver").map(String::from)));
+        cursor = next;
+        if cursor == 0 {
+            return Ok(());
         }
     }
+}
+
+/// What one key change did in Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The change's version (its fence position); the event carries it.
+    pub version: u64,
+    /// Replicas that actually changed (0 on a re-apply of an applied change).
+    pub replicas_written: u32,
+    /// Whether the version token moved to `version`.
+    pub version_moved: bool,
+    /// The key's version token was already newer than this change: nothing was written.
+    pub skipped_newer: bool,
+}
+
+/// Per-transaction write context.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteCtx {
+    /// Fence position of the transaction.
+    pub position: FencePosition,
+    /// Fencing token of this instance's lease.
+    pub token: u64,
+    /// Tombstone TTL, ms.
+    pub tombstone_ttl_ms: u64,
+}
+
+/// Keep only the last change of each key within one transaction (all of a transaction's
+/// changes share its fence position, and only the state after the commit is ever visible to
+/// readers). The kept change has the last op, except that a key inserted and then updated in
+/// the same transaction stays an `insert`. Kept changes stay in the order of their last appearance.
+pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
+    if changes.len() < 2 {
+        return;
+    }
+    let mut last: HashMap<String, usize> = HashMap::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        last.insert(c.key.clone(), i);
+    }
+    if last.len() == changes.len() {
+        return;
+    }
+    let mut first_op: HashMap<String, Op> = HashMap::new();
+    for c in changes.iter() {
+        first_op.entry(c.key.clone()).or_insert(c.op);
+    }
+    let mut i = 0;
+    changes.retain(|c| {
+        let keep = last[&c.key] == i;
+        i += 1;
+        keep
+    });
+    for c in changes.iter_mut() {
+        if first_op[&c.key] == Op::Insert && c.op == Op::Update {
+            c.op = Op::Insert;
+        }
+    }
+}
+
+struct Scripts {
+    replica: redis::Script,
+    version: redis::Script,
+    key: redis::Script,
+}
+
+fn scripts() -> &'static Scripts {
+    static S: std::sync::OnceLock<Scripts> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let (rc, vc) = (fence::replica_write_script(), fence::version_bump_script());
+        Scripts { replica: redis::Script::new(&rc), version: redis::Script::new(&vc), key: redis::Script::new(&fence::key_apply_script()) }
+    })
+}
+
+/// ARGV of the replica script for `ch`.
+fn replica_args(ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Vec<String> {
+    let (kind, payload, ttl_ms) = match (&ch.payload, ch.op) {
+        (_, Op::Delete) => ("del", String::new(), tombstone_ttl_ms),
+        (Some(p), _) => ("set", p.clone(), ch.ttl_secs * 1000),
+        // Invalidate mode: no payload, readers go to their loader.
+        (None, _) => ("inv", String::new(), if ch.ttl_secs > 0 { ch.ttl_secs * 1000 } else { tombstone_ttl_ms }),
+    };
+    vec![pos.0.to_string(), token.to_string(), kind.into(), payload, ttl_ms.to_string()]
 }
 
 fn mode_mismatch(mode: &str, what: &str) -> Error {
@@ -213,12 +431,44 @@ fn classify(e: RedisError, key: &str) -> Error {
         || e.is_cluster_error()
         || matches!(e.kind(), Server(_)) && {
             let s = e.to_string();
-            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM"].iter().any(|c| s.contains(c))
+            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "NOSCRIPT"].iter().any(|c| s.contains(c))
         };
     let _ = (Io, Client);
     if retry {
         TransientError::Redis(format!("key {key}: {e}")).into()
     } else {
         DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
+        KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
+    }
+
+    #[test]
+    fn one_change_per_key_per_transaction_the_state_after_commit() {
+        let mut v = vec![
+            ch("a", Op::Insert, Some("1")),
+            ch("b", Op::Update, Some("x")),
+            ch("a", Op::Update, Some("2")),
+            ch("c", Op::Update, Some("y")),
+            ch("c", Op::Delete, None),
+            ch("a", Op::Update, Some("3")),
+        ];
+        collapse_per_key(&mut v);
+        let got: Vec<(&str, Op, Option<&str>)> = v.iter().map(|c| (c.key.as_str(), c.op, c.payload.as_deref())).collect();
+        assert_eq!(got, vec![("b", Op::Update, Some("x")), ("c", Op::Delete, None), ("a", Op::Insert, Some("3"))]);
+    }
+
+    #[test]
+    fn replica_arguments_per_kind() {
+        let p = FencePosition(42);
+        assert_eq!(replica_args(&ch("k", Op::Update, Some("{}")), p, 7, 1000), ["42", "7", "set", "{}", "0"]);
+        assert_eq!(replica_args(&ch("k", Op::Delete, None), p, 7, 1000), ["42", "7", "del", "", "1000"]);
+        assert_eq!(replica_args(&ch("k", Op::Update, None), p, 7, 1000), ["42", "7", "inv", "", "1000"]);
     }
 }

@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{SourceConfig, StartPosition};
 use crate::decode::{decode_rows, TableSchema};
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
-use crate::mapping::Mapper;
+use crate::mapping::{Mapper, TableNames};
 use crate::txn::{Assembler, Boundary, Transaction};
 
 /// MariaDB GTID_EVENT type code.
@@ -202,6 +202,7 @@ pub struct SourceStats {
 pub async fn run(
     cfg: SourceConfig,
     mapper: Arc<Mapper>,
+    mut names: TableNames,
     mut resume: Resume,
     out: mpsc::Sender<Transaction>,
     mut shutdown: watch::Receiver<bool>,
@@ -214,7 +215,7 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut resume, &out, &mut shutdown, &stats).await;
+        let r = read_once(&cfg, &mapper, &mut names, &mut resume, &out, &mut shutdown, &stats).await;
         match r {
             Ok(()) => return Ok(()),
             Err(Error::Transient(e)) => {
@@ -238,6 +239,7 @@ pub async fn run(
 async fn read_once(
     cfg: &SourceConfig,
     mapper: &Mapper,
+    names: &mut TableNames,
     resume: &mut Resume,
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
@@ -389,6 +391,8 @@ async fn read_once(
                         position: SourcePosition { file: file.clone(), pos: r.position(), gtid: None },
                         commit_time_ms: header.timestamp() as u64 * 1000,
                         rows: Vec::new(),
+                        invalidate_tables: Vec::new(),
+                        table_names: None,
                     })
                 } else {
                     None
@@ -400,12 +404,16 @@ async fn read_once(
             }
             EventData::TableMapEvent(tme) => {
                 let id = tme.table_id();
-                if mapper.is_mapped(&tme.database_name(), &tme.table_name()) {
-                    // A TABLE_MAP precedes every statement's rows; an identical one keeps its
-                    // prepared schema.
-                    if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
-                        let schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
+                if let Some(configured) = names.resolve(mapper, &format!("{}.{}", tme.database_name(), tme.table_name())) {
+                    // A TABLE_MAP precedes every statement's rows; an identical one (under the
+                    // same configured name) keeps its prepared schema.
+                    if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme) && *t.name == *configured) {
+                        let mut schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
                             .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                        if *schema.name != *configured {
+                            // A renamed mapped table: its rows go on under the configured rule.
+                            schema.name = Arc::from(configured.as_str());
+                        }
                         tables.insert(id, Arc::new(schema));
                     }
                 } else {
@@ -477,21 +485,44 @@ async fn read_once(
                 } else if t.eq_ignore_ascii_case("ROLLBACK") {
                     asm.boundary(Boundary::Rollback)
                 } else {
+                    let mut invalidate_tables = Vec::new();
+                    let mut renamed = false;
                     if let Some(ddl) = crate::ddl::classify(t, &q.schema()) {
-                        for table in &ddl.tables {
-                            let (s, tb) = table.split_once('.').unwrap_or(("", table));
-                            if mapper.is_mapped(s, tb) {
-                                return Err(DefiniteError::UnsupportedDdl {
-                                    kind: ddl.kind,
-                                    table: table.clone(),
-                                    position: at(),
-                                    statement: t.chars().take(500).collect(),
+                        let unsupported = |table: &str| DefiniteError::UnsupportedDdl {
+                            kind: ddl.kind,
+                            table: table.to_string(),
+                            position: at(),
+                            statement: t.chars().take(500).collect(),
+                        };
+                        if ddl.invalidates() {
+                            for table in &ddl.tables {
+                                if let Some(configured) = names.resolve(mapper, table) {
+                                    invalidate_tables.push(configured);
                                 }
-                                .into());
+                            }
+                        } else {
+                            // RENAME: tables come in (from, to) pairs; a mapped table's rule
+                            // follows it to its new name (its rows and keys are unchanged).
+                            for pair in ddl.tables.chunks(2) {
+                                let [from, to] = pair else { continue };
+                                match names.rename(mapper, from, to) {
+                                    Ok(true) => {
+                                        renamed = true;
+                                        tracing::info!(from = %from, to = %to, position = %at(), "mapped table renamed: its mapping follows the new name");
+                                    }
+                                    Ok(false) => {}
+                                    Err(_) => return Err(unsupported(to).into()),
+                                }
                             }
                         }
                     }
-                    asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: placed.timestamp() })
+                    let b = asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: placed.timestamp(), invalidate_tables });
+                    b.map(|mut txn| {
+                        if renamed {
+                            txn.table_names = Some(Arc::new(names.clone()));
+                        }
+                        txn
+                    })
                 }
             }
             _ => None,

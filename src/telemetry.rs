@@ -15,6 +15,7 @@
 //! | `binval_checkpoints_total` | counter | checkpoints saved |
 //! | `binval_restarts_total` | counter | pipeline restarts after transient failures |
 //! | `binval_source_reconnects_total` | counter | replica connection reconnects |
+//! | `binval_fenced_noops_total` | counter | key changes Redis already held (re-applied after a restart or replay: no replica or token moved) |
 //! | `binval_redis_apply_ms` | histogram | Redis time per transaction with mapped rows, ms |
 //! | `binval_commit_to_ack_seconds` | histogram | binlog commit time to Kafka ack, s (1 s resolution: the binlog header has whole seconds) |
 //! | `binval_acked_commit_timestamp_seconds` | gauge | commit time of the last acknowledged transaction, Unix s |
@@ -30,6 +31,7 @@ pub mod names {
     pub const CHECKPOINTS: &str = "binval_checkpoints_total";
     pub const RESTARTS: &str = "binval_restarts_total";
     pub const RECONNECTS: &str = "binval_source_reconnects_total";
+    pub const FENCED_NOOPS: &str = "binval_fenced_noops_total";
     pub const REDIS_APPLY_MS: &str = "binval_redis_apply_ms";
     pub const COMMIT_TO_ACK_S: &str = "binval_commit_to_ack_seconds";
     pub const ACKED_COMMIT_TS: &str = "binval_acked_commit_timestamp_seconds";

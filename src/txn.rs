@@ -21,6 +21,13 @@ pub struct Transaction {
     /// Row changes of mapped tables, in binlog order. Empty for transactions that touched no
     /// mapped table; they still move the checkpoint.
     pub rows: Vec<RowChange>,
+    /// Mapped tables (`schema.table`) whose rows a DDL statement removed or swapped without
+    /// row events (TRUNCATE, DROP TABLE, partition TRUNCATE/DROP/EXCHANGE): every cached key
+    /// of them must be invalidated. Empty for ordinary transactions.
+    pub invalidate_tables: Vec<String>,
+    /// After a RENAME of a mapped table: the renamed-table state as of this transaction, for
+    /// the checkpoint. `None` when unchanged.
+    pub table_names: Option<std::sync::Arc<crate::mapping::TableNames>>,
 }
 
 /// What the assembler was told about an event.
@@ -33,8 +40,9 @@ pub enum Boundary {
     Commit { end: SourcePosition, timestamp_s: u32 },
     /// `ROLLBACK` query: drop what was collected.
     Rollback,
-    /// A statement outside any transaction (DDL) ended at `end`.
-    Statement { end: SourcePosition, timestamp_s: u32 },
+    /// A statement outside any transaction (DDL) ended at `end`; `invalidate_tables`: mapped
+    /// tables whose every key it makes stale.
+    Statement { end: SourcePosition, timestamp_s: u32, invalidate_tables: Vec<String> },
 }
 
 /// Collects row changes of the open transaction.
@@ -97,12 +105,14 @@ impl Assembler {
                 None
             }
             Boundary::Commit { end, timestamp_s } => Some(self.finish(end, timestamp_s)),
-            Boundary::Statement { end, timestamp_s } => {
+            Boundary::Statement { end, timestamp_s, invalidate_tables } => {
                 if self.open && !self.standalone {
                     // A statement inside a transaction (e.g. SAVEPOINT): not a boundary.
                     return None;
                 }
-                Some(self.finish(end, timestamp_s))
+                let mut t = self.finish(end, timestamp_s);
+                t.invalidate_tables = invalidate_tables;
+                Some(t)
             }
         }
     }
@@ -122,7 +132,7 @@ impl Assembler {
         self.events = 0;
         self.open = false;
         self.standalone = false;
-        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows }
+        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows, invalidate_tables: Vec::new(), table_names: None }
     }
 }
 
@@ -163,10 +173,10 @@ mod tests {
     fn statement_inside_txn_is_not_a_boundary() {
         let mut a = Assembler::new();
         a.boundary(Boundary::Begin { gtid: None, standalone: false });
-        assert!(a.boundary(Boundary::Statement { end: pos(5), timestamp_s: 0 }).is_none());
+        assert!(a.boundary(Boundary::Statement { end: pos(5), timestamp_s: 0, invalidate_tables: vec![] }).is_none());
         let mut a = Assembler::new();
         a.boundary(Boundary::Begin { gtid: Some("0-1-9".into()), standalone: true });
-        let t = a.boundary(Boundary::Statement { end: pos(9), timestamp_s: 0 }).unwrap();
+        let t = a.boundary(Boundary::Statement { end: pos(9), timestamp_s: 0, invalidate_tables: vec![] }).unwrap();
         assert_eq!(t.position.gtid.as_deref(), Some("0-1-9"));
     }
 }

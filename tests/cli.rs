@@ -82,7 +82,7 @@ fn check_names_mapping_problems_against_the_schema() {
     let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}") + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
     let p = write_config("chk", &env.config_toml("current", &bad));
     let (code, out) = run_to_end(&["check"], &p);
-    assert_eq!(code, 1, "{out}");
+    assert_eq!(code, 2, "a mapping that does not fit the schema is a config error: {out}");
     assert!(out.contains("mappings[0].keys[0]") && out.contains("`idd`"), "{out}");
     assert!(out.contains("mappings[0].payload") && out.contains("`w`"), "{out}");
     assert!(out.contains("mappings[1].table") && out.contains(".nope"), "{out}");
@@ -122,7 +122,7 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
     tk::mariadb().sql(&format!("INSERT INTO `{}`.items VALUES (1, 1), (2, 2)", env.db)).unwrap();
     let mut r = env.redis_client();
-    assert_eq!(r.wait_version(&format!("{}:item:2", env.prefix), 1), 1);
+    assert!(r.wait_version(&format!("{}:item:2", env.prefix), 1) >= 1);
     // Prometheus endpoint: both events acknowledged.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

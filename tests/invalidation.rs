@@ -24,28 +24,28 @@ async fn two_instances_evict(kind: RedisKind) {
     let start = env.binlog_now().await;
     let run = common::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n"));
     let key = format!("{}:item:7", env.prefix);
-    // Seed the replicas through binval itself. Its event (version 1) may still reach the apps
-    // after they start; only the version-2 notice counts below.
-    env.exec("UPDATE items SET title = 'desk lamp' WHERE id = 7").await;
+    // Seed the replicas through binval itself. Its event (version v1) may still reach the apps
+    // after they start; only the v2 notice counts below.
+    let v1 = env.exec_v("UPDATE items SET title = 'desk lamp' WHERE id = 7").await;
     let mut r = env.redis_client();
-    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, 1)), 1);
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v1)), v1);
 
     let apps = [app(&env).await, app(&env).await];
     for a in &apps {
         let v: serde_json::Value = a.get_json(&key).await.unwrap().expect("filled from a replica");
         assert_eq!(v["title"], "desk lamp");
-        assert_eq!(a.cached_version(&key), Some(1), "cached with the version read before the replica");
+        assert_eq!(a.cached_version(&key), Some(v1), "cached with the version read before the replica");
     }
     let mut subs: Vec<_> = apps.iter().map(|a| a.subscribe_evictions()).collect();
 
     let t0 = Instant::now();
-    env.exec("UPDATE items SET price = 24.50 WHERE id = 7").await;
+    let v2 = env.exec_v("UPDATE items SET price = 24.50 WHERE id = 7").await;
     let committed = t0.elapsed();
     for (i, s) in subs.iter_mut().enumerate() {
         let notice = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 let n = s.recv().await.expect("eviction channel open");
-                if n.key == key && n.version >= 2 {
+                if n.key == key && n.version >= v2 {
                     return n;
                 }
             }
@@ -53,14 +53,14 @@ async fn two_instances_evict(kind: RedisKind) {
         .await
         .expect("eviction observed");
         assert!(notice.evicted, "instance {i} held the key and evicted it");
-        assert_eq!(notice.version, 2);
+        assert_eq!(notice.version, v2);
         println!("{kind:?}: app-{i} evicted {key} {:.1} ms after the commit returned", (t0.elapsed() - committed).as_secs_f64() * 1000.0);
     }
     for a in &apps {
         assert_eq!(a.cached_version(&key), None);
         let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
         assert_eq!(v["price"], "24.50", "next read returns the database's value");
-        assert_eq!(a.cached_version(&key), Some(2));
+        assert_eq!(a.cached_version(&key), Some(v2));
     }
     for a in &apps {
         a.shutdown().await;
@@ -76,4 +76,178 @@ async fn two_instances_evict_standalone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_evict_cluster() {
     two_instances_evict(RedisKind::Cluster).await;
+}
+
+/// An instance that missed an invalidation (it was partitioned from the broker, or started
+/// after the event at the newest offset while holding an old value) applies it when the
+/// operator runs `binval republish`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_makes_an_instance_that_missed_an_event_evict() {
+    let env = Env::new("republish", RedisKind::Standalone);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let run = common::start(env.config(&start, mapping));
+    let key = format!("{}:item:7", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items VALUES (7, 'lamp', 19.99)").await;
+    let mut r = env.redis_client();
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v1)), v1);
+    let old: Vec<Vec<String>> = tokio::task::block_in_place(|| {
+        (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect()
+    });
+    let v2 = env.exec_v("UPDATE items SET price = 24.50 WHERE id = 7").await;
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v2)), v2);
+    let new: Vec<Vec<String>> = tokio::task::block_in_place(|| {
+        (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect()
+    });
+    // Put Redis back to v1 for a moment, let a new instance (listening from the newest offset,
+    // so after the v2 event) cache the old pair, then restore v2: the instance now holds a value
+    // whose invalidation it never saw.
+    let set_state = |r: &mut RedisClient, state: &[Vec<String>], ver: u64| {
+        for (i, fields) in state.iter().enumerate() {
+            let _: i64 = r.cmd(redis::cmd("DEL").arg(format!("{key}:r{i}")));
+            let _: i64 = r.cmd(redis::cmd("HSET").arg(format!("{key}:r{i}")).arg(fields));
+        }
+        let _: () = r.cmd(redis::cmd("SET").arg(format!("{key}:ver")).arg(ver));
+    };
+    tokio::task::block_in_place(|| set_state(&mut r, &old, v1));
+    let a = app(&env).await;
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["price"], "19.99");
+    assert_eq!(a.cached_version(&key), Some(v1));
+    tokio::task::block_in_place(|| set_state(&mut r, &new, v2));
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["price"], "19.99", "stale: the instance missed the v2 event");
+
+    let dir = tk::state_root().join("configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join(format!("{}.toml", env.prefix));
+    std::fs::write(&cfg, env.config_toml(&start, mapping)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_binval"))
+        .args(["republish", "--config"])
+        .arg(&cfg)
+        .args(["--from", "2000-01-01 00:00:00"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["read"], 2, "{summary} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(summary["republished"], 2, "{summary}");
+    let until = Instant::now() + Duration::from_secs(10);
+    while a.cached_version(&key) == Some(v1) {
+        assert!(Instant::now() < until, "the re-published v2 event was not applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["price"], "24.50", "after the re-published event the instance reads the database's value");
+    assert_eq!(a.cached_version(&key), Some(v2));
+    a.shutdown().await;
+    run.stop().await;
+}
+
+/// TRUNCATE of a mapped table: one `truncate` event evicts every cached key of the table from
+/// every instance; keys of other tables stay; the next read finds no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncate_evicts_every_key_of_the_table() {
+    let env = Env::new("trunc", RedisKind::Cluster);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(50))").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n\n[[mappings]]\ntable = \"{db}.tags\"\nkeys = [\"{p}:tag:{id}\"]\nreplicas = 4\n";
+    let run = common::start(env.config(&start, mapping));
+    env.exec("INSERT INTO items VALUES (1, 'a'), (2, 'b')").await;
+    let v = env.exec_v("INSERT INTO tags VALUES (1, 'red')").await;
+    let mut r = env.redis_client();
+    let (i1, i2, t1) = (format!("{}:item:1", env.prefix), format!("{}:item:2", env.prefix), format!("{}:tag:1", env.prefix));
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&t1, v)), v);
+    let a = app(&env).await;
+    for k in [&i1, &i2, &t1] {
+        assert!(a.get(k).await.unwrap().is_some());
+        assert!(a.cached_version(k).is_some());
+    }
+    let mut sub = a.subscribe_evictions();
+    let vt = env.exec_v("TRUNCATE TABLE items").await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n = sub.recv().await.unwrap();
+            if n.version == vt {
+                return n;
+            }
+        }
+    })
+    .await
+    .expect("truncate event applied");
+    assert_eq!(a.cached_version(&i1), None);
+    assert_eq!(a.cached_version(&i2), None);
+    assert!(a.cached_version(&t1).is_some(), "another table's key stays cached");
+    assert_eq!(a.get(&i1).await.unwrap(), None, "the row is gone: replicas hold no payload any more");
+    a.shutdown().await;
+    run.stop().await;
+}
+
+/// Fail safe (I5): the broker hangs (frozen: no errors, no answers) under a reading app while
+/// the database keeps changing. After the staleness bound the app serves no value older than
+/// the database's (it reads Redis, which binval keeps writing); when the broker answers again
+/// it serves locally again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let broker = tk::OwnedBroker::start_new().unwrap();
+    let env = Env::new("hung", RedisKind::Standalone);
+    broker.create_topic(&env.topic, 3).unwrap();
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let text = env.config_toml(&start, mapping).replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));
+    let run = common::start(binval::config::Config::from_toml(&text).unwrap());
+    let key = format!("{}:item:1", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items VALUES (1, 1)").await;
+    let mut r = env.redis_client();
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v1)), v1);
+    let bound = Duration::from_millis(1000);
+    let a = Consumer::builder()
+        .brokers(broker.bootstrap())
+        .topic(env.topic.clone())
+        .replicas(4)
+        .redis_standalone(tk::redis().url())
+        .max_staleness(Some(bound))
+        .kafka_request_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["v"], 1);
+    assert_eq!(a.cached_version(&key), Some(v1));
+
+    broker.freeze(true);
+    let frozen = Instant::now();
+    let v2 = env.exec_v("UPDATE items SET v = 2 WHERE id = 1").await;
+    assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v2)), v2, "Redis moves on (events wait for the broker)");
+    // Within the bound plus one check (bound / 2) and the watermark request timeout, the app
+    // must stop serving its old local value.
+    let deadline = frozen + bound + bound / 2 + Duration::from_millis(500) + Duration::from_millis(500);
+    let mut served_new_at = None;
+    while Instant::now() < deadline + Duration::from_secs(3) {
+        let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+        if v["v"] == 2 {
+            served_new_at = Some(frozen.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let at = served_new_at.expect("the app kept serving the old value although its stream was stuck");
+    assert!(frozen + at <= deadline, "stale value served {:?} after the broker hung (bound {:?})", at, bound);
+    assert!(!a.is_serving_local(), "bypassing the local cache while the stream is stuck");
+    println!("broker hung: app served the database's value again after {:.0} ms (bound {} ms)", at.as_secs_f64() * 1000.0, bound.as_millis());
+
+    broker.freeze(false);
+    let until = Instant::now() + Duration::from_secs(15);
+    while !a.is_serving_local() {
+        assert!(Instant::now() < until, "did not resume serving locally after the broker answered again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let v: serde_json::Value = a.get_json(&key).await.unwrap().unwrap();
+    assert_eq!(v["v"], 2);
+    a.shutdown().await;
+    run.stop().await;
 }

@@ -63,6 +63,16 @@ impl Env {
         c.disconnect().await.ok();
     }
 
+    /// Run `sql` (one transaction) and return the version binval gives its changes: the GTID
+    /// sequence number of the transaction (fence mode `gtid`, epoch 0).
+    pub async fn exec_v(&self, sql: &str) -> u64 {
+        let mut c = self.conn().await;
+        c.query_drop(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let v = last_version(&mut c).await;
+        c.disconnect().await.ok();
+        v
+    }
+
     /// Current binlog position as `file:pos`.
     pub async fn binlog_now(&self) -> String {
         let mut c = self.conn().await;
@@ -133,6 +143,9 @@ interval_ms = 200
     }
 }
 
+/// A replica record as read back: (payload, fence position, tombstone).
+pub type Record = (Option<String>, Option<u64>, bool);
+
 pub enum RedisClient {
     Standalone(redis::Connection),
     Cluster(Box<redis::cluster::ClusterConnection>),
@@ -149,8 +162,28 @@ impl RedisClient {
     pub fn version(&mut self, key: &str) -> u64 {
         self.get(&format!("{key}:ver")).map(|v| v.parse().unwrap()).unwrap_or(0)
     }
+    /// Payload of replica `i` of `key` (`HGET K:ri d`): `None` when missing or a tombstone.
+    pub fn replica(&mut self, key: &str, i: u32) -> Option<String> {
+        self.record(key, i).0
+    }
+    /// Replica record `i` of `key`: (payload, fence position, tombstone).
+    pub fn record(&mut self, key: &str, i: u32) -> Record {
+        let cmd = redis::cmd("HMGET").arg(format!("{key}:r{i}")).arg("d").arg("p").arg("t").clone();
+        let (d, p, t): (Option<String>, Option<u64>, Option<String>) = match self {
+            RedisClient::Standalone(c) => cmd.query(c).unwrap(),
+            RedisClient::Cluster(c) => cmd.query(&mut **c).unwrap(),
+        };
+        (d, p, t.is_some())
+    }
     pub fn replicas(&mut self, key: &str, n: u32) -> Vec<Option<String>> {
-        (0..n).map(|i| self.get(&format!("{key}:r{i}"))).collect()
+        (0..n).map(|i| self.replica(key, i)).collect()
+    }
+    /// Run any command (routed by key in a cluster).
+    pub fn cmd<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> T {
+        match self {
+            RedisClient::Standalone(c) => cmd.query(c).unwrap(),
+            RedisClient::Cluster(c) => cmd.query(&mut **c).unwrap(),
+        }
     }
     /// Poll until `key:ver` reaches `v` (or 20 s pass; then return what it is).
     pub fn wait_version(&mut self, key: &str, v: u64) -> u64 {
@@ -163,6 +196,12 @@ impl RedisClient {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// The version of the last transaction committed on `c` (`@@last_gtid`'s sequence number).
+pub async fn last_version(c: &mut mysql_async::Conn) -> u64 {
+    let g: String = c.query_first("SELECT @@last_gtid").await.unwrap().unwrap();
+    g.rsplit('-').next().unwrap().parse().unwrap_or_else(|_| panic!("@@last_gtid = {g:?}"))
 }
 
 /// A pipeline running in this process.

@@ -106,7 +106,8 @@ impl Live {
         let (tx, rx) = mpsc::channel(1024);
         let (stop, stop_rx) = watch::channel(false);
         let stats = Arc::new(SourceStats::default());
-        let handle = tokio::spawn(binval::source::run(cfg, mapper, resume, tx, stop_rx, stats.clone()));
+        let names = binval::mapping::TableNames::default();
+        let handle = tokio::spawn(binval::source::run(cfg, mapper, names, resume, tx, stop_rx, stats.clone()));
         Live { rx, stop, handle: Some(handle), transactions: Vec::new(), stats }
     }
 
@@ -153,6 +154,20 @@ impl Live {
             }
         }
         self.transactions.iter().flat_map(|t| t.rows.iter().map(row_json)).collect()
+    }
+
+    /// Everything received so far in commit order: each row change ([`row_json`]), and for a
+    /// transaction that invalidates whole tables (TRUNCATE, DROP, partition DDL) first
+    /// `{"kind": "invalidate", "tables": [...]}`.
+    pub fn changes(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for t in &self.transactions {
+            if !t.invalidate_tables.is_empty() {
+                out.push(json!({"kind": "invalidate", "tables": t.invalidate_tables}));
+            }
+            out.extend(t.rows.iter().map(row_json));
+        }
+        out
     }
 
     fn row_count(&self) -> usize {

@@ -6,11 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use std::future::Future;
+
 use crate::error::ConsumerError;
+use crate::hot::HotSettings;
 use crate::listener::{self, ListenerSettings};
+use crate::loader::LoaderFn;
 use crate::redis_conn::{RedisConn, RedisTarget};
-use crate::state::{JitteredTtl, LimitSettings, Shared};
-use crate::{Consumer, Inner};
+use crate::state::{Bounds, JitteredTtl, LimitSettings, Shared, SharedSettings};
+use crate::{CacheMode, Consumer, Inner};
 
 /// Builds a [`Consumer`]. Create it with [`Consumer::builder`]; the Redis target, the brokers
 /// and the topic are required, everything else has a default.
@@ -44,6 +48,7 @@ pub struct ConsumerBuilder {
     fill_guard_ttl: Duration,
     metadata_refresh: Duration,
     kafka_request_timeout: Duration,
+    max_staleness: Option<Duration>,
     shutdown_timeout: Duration,
     eviction_channel_capacity: usize,
     group_id_prefix: String,
@@ -52,6 +57,19 @@ pub struct ConsumerBuilder {
     max_fills_per_key_per_sec: u32,
     stale_ttl: Duration,
     stale_max_entries: u64,
+    max_bytes: Option<u64>,
+    refresh_ahead: Option<f64>,
+    cache_mode: CacheMode,
+    loader: Option<LoaderFn>,
+    loader_timeout: Duration,
+    cache_loaded: bool,
+    hot_key_detection: bool,
+    hot_key_window: Duration,
+    hot_key_threshold: f64,
+    hot_key_capacity: usize,
+    hot_key_sample_every: u32,
+    hot_key_top_k: usize,
+    thread_front: bool,
 }
 
 impl Default for ConsumerBuilder {
@@ -71,6 +89,7 @@ impl Default for ConsumerBuilder {
             fill_guard_ttl: Duration::from_secs(30),
             metadata_refresh: Duration::from_secs(5),
             kafka_request_timeout: Duration::from_secs(5),
+            max_staleness: Some(Duration::from_secs(2)),
             shutdown_timeout: Duration::from_secs(5),
             eviction_channel_capacity: 4096,
             group_id_prefix: "binval-consumer".into(),
@@ -79,6 +98,19 @@ impl Default for ConsumerBuilder {
             max_fills_per_key_per_sec: 0,
             stale_ttl: Duration::from_secs(10),
             stale_max_entries: 10_000,
+            max_bytes: None,
+            refresh_ahead: None,
+            cache_mode: CacheMode::All,
+            loader: None,
+            loader_timeout: Duration::from_secs(1),
+            cache_loaded: true,
+            hot_key_detection: true,
+            hot_key_window: Duration::from_secs(10),
+            hot_key_threshold: 1000.0,
+            hot_key_capacity: 256,
+            hot_key_sample_every: 16,
+            hot_key_top_k: 10,
+            thread_front: true,
         }
     }
 }
@@ -240,7 +272,9 @@ impl ConsumerBuilder {
     }
 
     /// How long the fill-race guard remembers a key's newest event version. Default 30 s; must
-    /// exceed the longest fill (which [`ConsumerBuilder::redis_response_timeout`] bounds).
+    /// exceed the longest fill: [`ConsumerBuilder::redis_response_timeout`] × (1 + the largest
+    /// replica count), plus [`ConsumerBuilder::loader_timeout`] when a loader is set
+    /// (`build()` checks it).
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -262,6 +296,23 @@ impl ConsumerBuilder {
     /// ```
     pub fn metadata_refresh(mut self, every: Duration) -> Self {
         self.metadata_refresh = every;
+        self
+    }
+
+    /// The lag bound of the fail safe (invariant I5): the listener checks every half of it that
+    /// it has read every partition up to the broker's high watermark; when it could not
+    /// confirm that for longer than the bound (the broker is silent, the network drops packets
+    /// without resetting connections, or the listener fell behind), the consumer stops serving
+    /// local values until a check succeeds again (then it clears the cache and resumes).
+    /// `None` turns the check off (only broker errors trigger the fail safe). Default 2 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_staleness(Some(Duration::from_millis(500)));
+    /// ```
+    pub fn max_staleness(mut self, bound: Option<Duration>) -> Self {
+        self.max_staleness = bound;
         self
     }
 
@@ -385,6 +436,226 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Bound of the local cache in estimated bytes, in addition to [`ConsumerBuilder::max_entries`].
+    /// Default: none (bounded by entries only).
+    ///
+    /// An entry weighs its key length + payload length + [`crate::ENTRY_OVERHEAD_BYTES`]
+    /// (an estimate of the entry, `Arc` and moka node overhead), but at least
+    /// `max_bytes / max_entries`; the cache keeps the total weight at or below `max_bytes`. The
+    /// floor is what makes both bounds hold with moka's single weighted capacity: the total
+    /// weight ≤ `max_bytes` implies ≤ `max_entries` entries. (So with many tiny entries the
+    /// entry bound is reached first, with large ones the byte bound.) Beyond the bound moka
+    /// evicts by its TinyLFU policy ([`crate::Stats::capacity_evictions`]). Must be at least
+    /// `max_entries` and at least 1 KiB.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_entries(100_000).max_bytes(64 << 20); // 100k entries, 64 MiB
+    /// ```
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+
+    /// Refresh-ahead: when a hit finds its entry past `fraction` of its TTL (e.g. 0.8 = in the
+    /// last 20 % of its life), it returns the cached value at once and starts **one** background
+    /// fill of the key (single-flight; at most one per entry, however many hits see it), which
+    /// replaces the entry with a fresh value and a fresh TTL. A busy key then never expires
+    /// into a miss. Default: off. `fraction` must be in `0.0..1.0`.
+    ///
+    /// Refreshes go through the miss rate limits like any fill (a refused refresh changes
+    /// nothing; the entry then expires normally) and are counted in
+    /// [`crate::Stats::refreshes`]. Events still evict at once: refresh-ahead only replaces the
+    /// TTL as the trigger of a re-read for keys no event touched.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.ttl(Duration::from_secs(3)).refresh_ahead(0.8); // refresh after 2.4 s
+    /// ```
+    pub fn refresh_ahead(mut self, fraction: f64) -> Self {
+        self.refresh_ahead = Some(fraction);
+        self
+    }
+
+    /// Which keys the local cache holds: [`CacheMode::All`] (default), [`CacheMode::Prefixes`]
+    /// or [`CacheMode::HotOnly`] (only keys read at or above
+    /// [`ConsumerBuilder::hot_key_threshold`]; needs hot-key detection on). Keys not cached are
+    /// read through single-flight, the miss rate limits and Redis on every `get`
+    /// ([`crate::Stats::uncached_reads`]).
+    ///
+    /// ```no_run
+    /// # use binval_consumer::CacheMode;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.cache_mode(CacheMode::Prefixes(vec!["item:detail:".into(), "shop:".into()]));
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.cache_mode(CacheMode::HotOnly).hot_key_threshold(500.0);
+    /// ```
+    pub fn cache_mode(mut self, mode: CacheMode) -> Self {
+        self.cache_mode = mode;
+        self
+    }
+
+    /// The last resort of a fill: when every suffix replica of a key is **missing** (not a
+    /// tombstone), call `loader(key)` — e.g. a query of the database — and use its answer:
+    /// `Ok(Some(payload))` is returned (and cached, see below), `Ok(None)` means no row,
+    /// `Err(e)` is [`ConsumerError::Loader`] with `e`'s text. Bounded by
+    /// [`ConsumerBuilder::loader_timeout`]; runs inside the key's single fill, after the miss
+    /// rate limit admitted it, so a hot key never stampedes the loader either.
+    ///
+    /// **Version of a loaded value.** It is cached under the version token read *before* the
+    /// replicas (as a replica value is). The loader runs after that read, so if it reads the
+    /// source of truth (the primary, or anything at least as fresh as binval's source), its
+    /// value is at least as new as that version: the pair is correct or "newer value, older
+    /// version", which the next event evicts, and a fill that raced an event is refused by the
+    /// fill-race guard like any other. A loader that reads a lagging copy (a read replica of
+    /// the database) could cache an older value under a newer version: then turn caching off
+    /// with [`ConsumerBuilder::cache_loaded`]`(false)`.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.loader(|key: String| async move {
+    ///     // e.g. SELECT ... WHERE id = <id from key>, rendered as binval's payload JSON
+    ///     let id: u64 = key.rsplit(':').next().and_then(|s| s.parse().ok()).ok_or("bad key")?;
+    ///     Ok::<_, &str>(Some(format!(r#"{{"id":{id}}}"#)))
+    /// });
+    /// ```
+    pub fn loader<F, Fut, E>(mut self, loader: F) -> Self
+    where
+        F: Fn(String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<String>, E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        self.loader = Some(LoaderFn::new(loader));
+        self
+    }
+
+    /// Bound of one loader call. Default 1 s. Exceeded: [`ConsumerError::Timeout`].
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.loader_timeout(Duration::from_millis(300));
+    /// ```
+    pub fn loader_timeout(mut self, timeout: Duration) -> Self {
+        self.loader_timeout = timeout;
+        self
+    }
+
+    /// Whether values from the loader are cached locally (under the fill-race rules, see
+    /// [`ConsumerBuilder::loader`]). Default `true`.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.cache_loaded(false); // the loader reads a lagging database replica
+    /// ```
+    pub fn cache_loaded(mut self, cache: bool) -> Self {
+        self.cache_loaded = cache;
+        self
+    }
+
+    /// Hot-key detection on or off. Default on. It counts (sampled) reads per key in a sliding
+    /// window with a SpaceSaving top-K sketch; see "Hot keys" in the crate docs,
+    /// [`crate::Consumer::hot_keys`] and the `binval_consumer_hot_key*` gauges. Off saves a
+    /// few ns per `get`; [`CacheMode::HotOnly`] needs it on.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_detection(false);
+    /// ```
+    pub fn hot_key_detection(mut self, on: bool) -> Self {
+        self.hot_key_detection = on;
+        self
+    }
+
+    /// Length of the sliding window over which read rates are measured. Default 10 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_window(Duration::from_secs(2));
+    /// ```
+    pub fn hot_key_window(mut self, window: Duration) -> Self {
+        self.hot_key_window = window;
+        self
+    }
+
+    /// Reads per second (of this instance) at or above which a key is hot: reported as `hot`
+    /// by [`crate::Consumer::hot_keys`], and cached in [`CacheMode::HotOnly`]. Compared with
+    /// the *guaranteed* rate (the sketch's lower bound), so a cold key is never judged hot by
+    /// the sketch's over-count. Default 1000.0.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_threshold(200.0);
+    /// ```
+    pub fn hot_key_threshold(mut self, reads_per_sec: f64) -> Self {
+        self.hot_key_threshold = reads_per_sec;
+        self
+    }
+
+    /// Counters of the SpaceSaving sketch (per window). Default 256. Every key read more than
+    /// `1/capacity` of all reads in a window is guaranteed to be tracked.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_capacity(1024);
+    /// ```
+    pub fn hot_key_capacity(mut self, counters: usize) -> Self {
+        self.hot_key_capacity = counters;
+        self
+    }
+
+    /// Count one read of every `n` per thread, weighted by `n`. Default 16 (keeps the counting
+    /// cost of a local hit to a few ns); 1 counts every read.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_sample_every(1);
+    /// ```
+    pub fn hot_key_sample_every(mut self, n: u32) -> Self {
+        self.hot_key_sample_every = n;
+        self
+    }
+
+    /// How many keys [`crate::Consumer::hot_keys`] and the per-key gauge report. Default 10.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.hot_key_top_k(20);
+    /// ```
+    pub fn hot_key_top_k(mut self, k: usize) -> Self {
+        self.hot_key_top_k = k;
+        self
+    }
+
+    /// The per-thread front of the local cache on or off. Default on. Each thread that reads
+    /// remembers its last entries (64 direct-mapped slots), tagged with a generation that every
+    /// applied event batch, guard removal and fail-safe clear moves, so a thread re-reading a
+    /// hot key skips moka's read path (about half the cost of a hit) while serving exactly
+    /// what the local cache would; see "Local hit cost" in the crate docs. Off: every hit reads
+    /// moka (and no thread keeps up to 64 payloads referenced after they left the cache).
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.thread_front(false);
+    /// ```
+    pub fn thread_front(mut self, on: bool) -> Self {
+        self.thread_front = on;
+        self
+    }
+
+    /// The largest replica count N of any key.
+    fn max_replicas(&self) -> u32 {
+        self.prefix_replicas.iter().map(|(_, n)| *n).chain([self.replicas]).max().unwrap_or(1)
+    }
+
+    /// Upper bound of one fill: the version token read, every replica read once, the loader.
+    fn longest_fill(&self) -> Duration {
+        let reads = self.redis_response_timeout * (1 + self.max_replicas());
+        reads + if self.loader.is_some() { self.loader_timeout } else { Duration::ZERO }
+    }
+
     fn validate(&self) -> Result<(), ConsumerError> {
         let cfg = |field, reason: &str| Err(ConsumerError::Config { field, reason: reason.to_string() });
         match &self.redis {
@@ -421,6 +692,48 @@ impl ConsumerBuilder {
                 reason: format!("must be a fraction in 0.0..1.0, got {}", self.ttl_jitter),
             });
         }
+        if let Some(bytes) = self.max_bytes {
+            if bytes < 1024 || bytes < self.max_entries {
+                return Err(ConsumerError::Config {
+                    field: "max_bytes",
+                    reason: format!("must be at least 1024 and at least max_entries ({}), got {bytes}", self.max_entries),
+                });
+            }
+        }
+        if let Some(f) = self.refresh_ahead {
+            if !(0.0..1.0).contains(&f) {
+                return Err(ConsumerError::Config {
+                    field: "refresh_ahead",
+                    reason: format!("must be a fraction of the TTL in 0.0..1.0, got {f}"),
+                });
+            }
+        }
+        if self.loader_timeout.is_zero() {
+            return cfg("loader_timeout", "must be longer than 0 ms");
+        }
+        if self.cache_mode == CacheMode::HotOnly && !self.hot_key_detection {
+            return cfg("cache_mode", "CacheMode::HotOnly needs hot_key_detection(true)");
+        }
+        if let CacheMode::Prefixes(p) = &self.cache_mode {
+            if p.is_empty() || p.iter().any(|p| p.is_empty()) {
+                return cfg("cache_mode", "CacheMode::Prefixes needs at least one non-empty prefix (use CacheMode::All for every key)");
+            }
+        }
+        if self.hot_key_window < Duration::from_millis(10) {
+            return cfg("hot_key_window", "must be at least 10 ms");
+        }
+        if !(self.hot_key_threshold.is_finite() && self.hot_key_threshold > 0.0) {
+            return Err(ConsumerError::Config {
+                field: "hot_key_threshold",
+                reason: format!("must be a positive number of reads per second, got {}", self.hot_key_threshold),
+            });
+        }
+        if self.hot_key_capacity == 0 {
+            return cfg("hot_key_capacity", "must be at least 1 counter");
+        }
+        if self.hot_key_sample_every == 0 {
+            return cfg("hot_key_sample_every", "must be at least 1 (1 = count every read)");
+        }
         if self.stale_ttl.is_zero() {
             return cfg("stale_ttl", "must be longer than 0 ms");
         }
@@ -436,11 +749,23 @@ impl ConsumerBuilder {
         if self.fill_guard_entries == 0 {
             return cfg("fill_guard_entries", "must be at least 1 entry");
         }
-        if self.fill_guard_ttl <= self.redis_response_timeout * 2 {
-            return cfg("fill_guard_ttl", "must exceed the longest fill (2 x redis_response_timeout)");
+        let longest = self.longest_fill();
+        if self.fill_guard_ttl <= longest {
+            return Err(ConsumerError::Config {
+                field: "fill_guard_ttl",
+                reason: format!(
+                    "must exceed the longest fill, {} ms (redis_response_timeout x (1 version token + {} replicas){})",
+                    longest.as_millis(),
+                    self.max_replicas(),
+                    if self.loader.is_some() { " + loader_timeout" } else { "" }
+                ),
+            });
         }
         if self.metadata_refresh.is_zero() {
             return cfg("metadata_refresh", "must be longer than 0 ms");
+        }
+        if self.max_staleness.is_some_and(|b| b < Duration::from_millis(100)) {
+            return cfg("max_staleness", "must be at least 100 ms (or None to turn the check off)");
         }
         if self.kafka_request_timeout.is_zero() {
             return cfg("kafka_request_timeout", "must be longer than 0 ms");
@@ -479,6 +804,7 @@ impl ConsumerBuilder {
             properties: self.kafka_properties.clone(),
             metadata_refresh: self.metadata_refresh,
             request_timeout: self.kafka_request_timeout,
+            max_staleness: self.max_staleness,
         };
 
         // Metadata, watermarks and assign are blocking librdkafka calls.
@@ -490,20 +816,28 @@ impl ConsumerBuilder {
         .await
         .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("startup task failed: {e}") })??;
 
-        let shared = Arc::new(Shared::new(
-            self.max_entries,
-            JitteredTtl { ttl: self.ttl, jitter: self.ttl_jitter },
-            self.fill_guard_entries,
-            self.fill_guard_ttl,
-            self.eviction_channel_capacity,
-            LimitSettings {
+        let shared = Arc::new(Shared::new(SharedSettings {
+            bounds: Bounds { max_entries: self.max_entries, max_bytes: self.max_bytes },
+            ttl: JitteredTtl { ttl: self.ttl, jitter: self.ttl_jitter },
+            refresh_ahead: self.refresh_ahead,
+            guard_entries: self.fill_guard_entries,
+            guard_ttl: self.fill_guard_ttl,
+            notice_capacity: self.eviction_channel_capacity,
+            limits: LimitSettings {
                 per_instance: NonZeroU32::new(self.max_fills_per_sec),
                 per_key: NonZeroU32::new(self.max_fills_per_key_per_sec),
                 stale_ttl: self.stale_ttl,
                 stale_entries: self.stale_max_entries,
                 key_limiter_entries: self.max_entries,
             },
-        ));
+            hot: self.hot_key_detection.then_some(HotSettings {
+                window: self.hot_key_window,
+                threshold: self.hot_key_threshold,
+                capacity: self.hot_key_capacity,
+                sample_every: self.hot_key_sample_every,
+                top_k: self.hot_key_top_k,
+            }),
+        }));
         let stop = Arc::new(AtomicBool::new(false));
         let topic = settings.topic.clone();
         let group_id = settings.group_id.clone();
@@ -515,6 +849,11 @@ impl ConsumerBuilder {
                 redis,
                 default_replicas: self.replicas,
                 prefix_replicas,
+                mode: self.cache_mode.clone(),
+                loader: self.loader.clone(),
+                loader_timeout: self.loader_timeout,
+                cache_loaded: self.cache_loaded,
+                thread_front: self.thread_front,
                 response_timeout: self.redis_response_timeout,
                 shutdown_timeout: self.shutdown_timeout,
                 stop,

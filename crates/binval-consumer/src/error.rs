@@ -1,7 +1,7 @@
 //! The one error type of this crate.
 
 /// Everything that can go wrong in [`crate::Consumer::builder`]`.build()`, [`crate::Consumer::get`]
-/// and [`crate::Consumer::get_json`]. Each message names what was being done and on which key,
+/// and [`crate::Consumer::get_json`] (and the other `get_*` variants). Each message names what was being done and on which key,
 /// topic or setting. `Clone`, because one fill's outcome is handed to every caller that awaited
 /// it (single-flight).
 #[derive(Debug, Clone, thiserror::Error)]
@@ -63,6 +63,15 @@ pub enum ConsumerError {
     Overloaded {
         /// The logical key whose fill was refused.
         key: String,
+    },
+    /// The app-supplied loader ([`crate::ConsumerBuilder::loader`]) returned an error for
+    /// `key` (its timeout is [`ConsumerError::Timeout`] with `op` naming the loader).
+    #[error("loader failed for key `{key}`: {reason}")]
+    Loader {
+        /// The logical key being loaded.
+        key: String,
+        /// The loader's error, as text (`Display` of the error it returned).
+        reason: String,
     },
 }
 

@@ -1,13 +1,16 @@
 //! The invalidation listener: one dedicated OS thread per [`crate::Consumer`] that polls a
-//! librdkafka consumer assigned to *every* partition of the topic and applies each event to
-//! the local cache.
+//! librdkafka consumer assigned to *every* partition of the topic and applies the events to
+//! the local cache in batches: it waits up to 100 ms for a message, then takes everything
+//! already queued (up to 1024 messages) and applies it at once ([`Shared::apply_batch`]:
+//! one guard update and at most one eviction per distinct key). Readers never wait for the
+//! listener: the local cache is a concurrent map and no lock is held across a batch.
 //!
 //! Why a thread and a `BaseConsumer` rather than a tokio task and a `StreamConsumer`: all the
 //! work per event is synchronous (moka, a broadcast send), the metadata refresh is a blocking
 //! librdkafka call, and a thread can be abandoned if librdkafka's teardown hangs, without
 //! blocking an async runtime. Shutdown latency is bounded by the poll interval (100 ms).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +37,7 @@ pub(crate) struct ListenerSettings {
     pub properties: Vec<(String, String)>,
     pub metadata_refresh: Duration,
     pub request_timeout: Duration,
+    pub max_staleness: Option<Duration>,
 }
 
 pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, ConsumerError> {
@@ -89,8 +93,9 @@ fn partitions(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<
 /// librdkafka resolves "the end" only when its fetcher starts, some time after `assign()`
 /// returned, and a message published in between would be skipped. Reading the watermarks
 /// first means every message published after this function returns is consumed.
-pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
+pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeMap<i32, i64>, ConsumerError> {
     let ids = partitions(consumer, s)?;
+    let mut starts = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for &p in &ids {
         let (_low, high) = consumer.fetch_watermarks(&s.topic, p, s.request_timeout).map_err(|e| {
@@ -98,12 +103,13 @@ pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -
         })?;
         tpl.add_partition_offset(&s.topic, p, Offset::Offset(high))
             .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+        starts.insert(p, high);
         debug!(topic = %s.topic, partition = p, offset = high, "assigning partition at its high watermark");
     }
     consumer
         .assign(&tpl)
         .map_err(|e| ConsumerError::kafka(format!("assign {} partitions of topic `{}`", ids.len(), s.topic), e))?;
-    Ok(ids)
+    Ok(starts)
 }
 
 /// Sets the fail-safe when the listener thread ends for any reason other than shutdown
@@ -130,7 +136,7 @@ impl Drop for ExitGuard {
 /// Start the listener thread. `done` fires after the librdkafka consumer was dropped.
 pub(crate) fn spawn(
     consumer: BaseConsumer,
-    known: BTreeSet<i32>,
+    known: BTreeMap<i32, i64>,
     settings: ListenerSettings,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
@@ -140,7 +146,7 @@ pub(crate) fn spawn(
         .name("binval-inval".into())
         .spawn(move || {
             let guard = ExitGuard { shared: shared.clone(), stop: stop.clone(), done: Some(tx) };
-            run(&consumer, known, &settings, &shared, &stop);
+            let consumer = run(consumer, known, &settings, &shared, &stop);
             // librdkafka teardown (rd_kafka_consumer_close + destroy) happens here and can
             // hang; shutdown() only waits a bounded time for `done`.
             drop(consumer);
@@ -150,39 +156,127 @@ pub(crate) fn spawn(
     Ok(rx)
 }
 
-fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) {
+/// At most this many messages are taken from librdkafka's queue and applied as one batch.
+const MAX_BATCH: usize = 1024;
+
+/// Behind (or unconfirmed) this many bounds in a row: the consumer's broker connections are
+/// presumed wedged (a half-open TCP connection, a broker that stopped answering on it) and the
+/// librdkafka consumer is rebuilt at the positions read so far.
+const REBUILD_AFTER_BOUNDS: u32 = 4;
+
+fn run(mut consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) -> BaseConsumer {
+    let mut known: BTreeSet<i32> = starts.keys().copied().collect();
+    // A second client only for the lag check: its watermark requests must not queue behind
+    // the main consumer's long-polling fetches on the same connection.
+    let mut checker = s.max_staleness.and_then(|_| create_consumer(s).map_err(|e| warn!(error = %e, "lag checker not started")).ok());
+    // Next offset to read per partition (for the lag check).
+    let mut next_offset = starts;
     let mut lost = false;
+    let mut behind = false;
+    let mut last_caught_up = Instant::now();
+    let mut next_check = Instant::now() + s.max_staleness.map(|b| b / 2).unwrap_or(Duration::MAX / 4);
     let mut next_refresh = Instant::now() + s.metadata_refresh;
+    let mut next_hot = Instant::now();
+    let mut batch: Vec<InvalidationEvent> = Vec::with_capacity(MAX_BATCH);
     info!(topic = %s.topic, partitions = known.len(), group_id = %s.group_id, "invalidation listener started");
     while !stop.load(SeqCst) {
-        match consumer.poll(POLL) {
-            None => {}
-            Some(Ok(msg)) => {
-                if lost {
-                    lost = false;
-                    if shared.resume_serving_local() {
-                        info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
+        // Wait up to POLL for the first message, then take whatever else is already queued
+        // (without waiting) and apply it all as one batch.
+        let mut wait = POLL;
+        let mut received = 0usize;
+        let mut error = None;
+        while received < MAX_BATCH {
+            match consumer.poll(wait) {
+                None => break,
+                Some(Ok(msg)) => {
+                    received += 1;
+                    wait = Duration::ZERO;
+                    let n = next_offset.entry(msg.partition()).or_insert(msg.offset());
+                    if msg.offset() > *n {
+                        // Offsets of this topic are contiguous (binval's producer is not
+                        // transactional, the topic is not compacted): a jump means events were
+                        // lost to retention or a broker log loss. Entries they would have
+                        // evicted may be cached: clear the local cache.
+                        warn!(topic = %s.topic, partition = msg.partition(), expected = *n, got = msg.offset(), "gap in the invalidation stream; clearing the local cache");
+                        // (While not serving locally, the coming resume clears it anyway.)
+                        if shared.is_serving_local() {
+                            shared.stop_serving_local();
+                            shared.resume_serving_local();
+                        }
+                    }
+                    *n = (*n).max(msg.offset() + 1);
+                    if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
+                        batch.push(ev);
                     }
                 }
-                apply_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload());
-            }
-            Some(Err(e)) => {
-                if stream_lost(&e) {
-                    if !lost {
-                        warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
-                    }
-                    lost = true;
-                    shared.stop_serving_local();
-                    next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
-                } else {
-                    warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
                 }
             }
         }
+        if received > 0 {
+            if lost && !behind {
+                lost = false;
+                if shared.resume_serving_local() {
+                    info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
+                }
+            }
+            if !batch.is_empty() {
+                shared.apply_batch(&batch);
+                batch.clear();
+            }
+        }
+        if let Some(e) = error {
+            if stream_lost(&e) {
+                if !lost {
+                    warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
+                }
+                lost = true;
+                shared.stop_serving_local();
+                next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
+            } else {
+                warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+            }
+        }
+        if let (Some(bound), Some(check), true) = (s.max_staleness, checker.as_ref(), Instant::now() >= next_check) {
+            let started = Instant::now();
+            match caught_up(check, s, &next_offset, bound / 2) {
+                Ok(true) => {
+                    last_caught_up = started;
+                    if behind {
+                        behind = false;
+                        lost = false;
+                        if shared.resume_serving_local() {
+                            info!(topic = %s.topic, "invalidation stream caught up again; local cache cleared, serving locally again");
+                        }
+                    }
+                }
+                Ok(false) => debug!(topic = %s.topic, "listener behind the high watermark"),
+                Err(e) => debug!(topic = %s.topic, error = %e, "lag check failed"),
+            }
+            if !behind && last_caught_up.elapsed() > bound {
+                warn!(topic = %s.topic, bound_ms = bound.as_millis() as u64, "invalidation stream not confirmed caught up within the bound; bypassing the local cache until it is");
+                behind = true;
+                shared.stop_serving_local();
+            }
+            if behind && last_caught_up.elapsed() > bound * REBUILD_AFTER_BOUNDS {
+                match rebuild(s, &next_offset) {
+                    Ok(c) => {
+                        info!(topic = %s.topic, "invalidation consumer rebuilt (connections presumed wedged); reading on from the last positions");
+                        consumer = c;
+                        checker = create_consumer(s).ok();
+                    }
+                    Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
+                }
+                last_caught_up = Instant::now() - bound - Duration::from_millis(1);
+            }
+            next_check = Instant::now() + bound / 2;
+        }
         if Instant::now() >= next_refresh {
-            match refresh(consumer, s, &mut known) {
+            match refresh(&consumer, s, &mut known) {
                 Ok(()) => {
-                    if lost {
+                    if lost && !behind {
                         lost = false;
                         if shared.resume_serving_local() {
                             info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
@@ -193,8 +287,38 @@ fn run(consumer: &BaseConsumer, mut known: BTreeSet<i32>, s: &ListenerSettings, 
             }
             next_refresh = Instant::now() + if lost { LOST_REFRESH } else { s.metadata_refresh };
         }
+        if let Some(hot) = &shared.hot {
+            if Instant::now() >= next_hot {
+                hot.publish_metrics();
+                next_hot = Instant::now() + hot.window();
+            }
+        }
     }
     info!(topic = %s.topic, "invalidation listener stopping");
+    consumer
+}
+
+/// A new consumer assigned at `next` (the next offset to read per partition).
+fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsumer, ConsumerError> {
+    let c = create_consumer(s)?;
+    let mut tpl = TopicPartitionList::new();
+    for (&p, &o) in next {
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(o)).map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+    }
+    c.assign(&tpl).map_err(|e| ConsumerError::kafka(format!("assign topic `{}`", s.topic), e))?;
+    Ok(c)
+}
+
+/// Whether every partition was read up to the high watermark the broker reports now. Errors
+/// when a watermark request fails or times out (`timeout` each).
+fn caught_up(consumer: &BaseConsumer, s: &ListenerSettings, next: &BTreeMap<i32, i64>, timeout: Duration) -> Result<bool, KafkaError> {
+    for (&p, &n) in next {
+        let (_low, high) = consumer.fetch_watermarks(&s.topic, p, timeout)?;
+        if n < high {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Errors after which events may be missed: every broker is unreachable, or librdkafka
@@ -230,19 +354,26 @@ fn refresh(consumer: &BaseConsumer, s: &ListenerSettings, known: &mut BTreeSet<i
     Ok(())
 }
 
-pub(crate) fn apply_message(shared: &Shared, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
+/// Parse one topic message into an event; a message without payload or that does not parse
+/// is logged (topic, partition, offset, error), counted and skipped.
+pub(crate) fn parse_message(
+    shared: &Shared,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    payload: Option<&[u8]>,
+) -> Option<InvalidationEvent> {
     let Some(payload) = payload else {
         shared.counters.bad_message();
         warn!(topic, partition, offset, "skipping invalidation message without payload");
-        return;
+        return None;
     };
     match InvalidationEvent::from_json(payload) {
-        Ok(ev) => {
-            shared.apply_event(&ev);
-        }
+        Ok(ev) => Some(ev),
         Err(e) => {
             shared.counters.bad_message();
             warn!(topic, partition, offset, error = %e, "skipping invalidation message that does not parse");
+            None
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The Redis side of a fill: one small enum over a standalone connection and a Cluster
-//! connection, with bounded timeouts and no read retries.
+//! connection, with bounded timeouts and no read retries. Replicas are read in the fenced
+//! record format of [`binval_protocol::fence`] (a hash: `d` payload, `t` tombstone).
 
 use std::time::Duration;
 
+use binval_protocol::fence::{FIELD_DATA, FIELD_TOMBSTONE};
+use binval_protocol::ReplicaRecord;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -87,6 +90,27 @@ impl RedisConn {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(ConsumerError::redis(format!("GET `{key}`"), e, after_ms)),
             Err(_) => Err(ConsumerError::Timeout { op: format!("GET `{key}`"), after_ms }),
+        }
+    }
+
+    /// `HMGET key d t` of a suffix replica record, interpreted as a [`ReplicaRecord`], bounded
+    /// by `timeout`. A key that is not a hash (e.g. a replica written in the old plain-string
+    /// format) is a [`ConsumerError::Redis`] (`WRONGTYPE`), never silently a miss.
+    pub(crate) async fn replica(&self, key: &str, timeout: Duration) -> Result<ReplicaRecord, ConsumerError> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(key).arg(FIELD_DATA).arg(FIELD_TOMBSTONE);
+        type Reply = (Option<Vec<u8>>, Option<Vec<u8>>);
+        let fut = async {
+            match self {
+                RedisConn::Standalone(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
+                RedisConn::Cluster(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
+            }
+        };
+        let after_ms = timeout.as_millis() as u64;
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok((d, t))) => Ok(ReplicaRecord::from_fields(d, t)),
+            Ok(Err(e)) => Err(ConsumerError::redis(format!("HMGET `{key}` d t"), e, after_ms)),
+            Err(_) => Err(ConsumerError::Timeout { op: format!("HMGET `{key}` d t"), after_ms }),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! the fill-race guard, the fail-safe flag and the counters. Every decision that involves both
 //! sides lives here, so the orderings that make them correct are in one place.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,14 +16,60 @@ use moka::sync::Cache;
 use moka::Expiry;
 use tokio::sync::broadcast;
 
+use crate::hot::{HotKeys, HotSettings};
 use crate::stats::Counters;
 
-/// One local cache entry: the payload text as stored in the replica, and the version token
-/// that was read *before* the replica.
+/// One local cache entry: the payload text, the version token that was read *before* it, the
+/// entry's own time to live (drawn with jitter at the fill) and, with refresh-ahead, when a
+/// background refresh becomes due.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
     pub value: Arc<str>,
     pub version: Version,
+    pub ttl: Duration,
+    /// Fill time + `ttl`, taken just before the insert (so never later than moka's own expiry);
+    /// what the per-thread front checks.
+    pub expires_at: Instant,
+    /// `Some` only with [`crate::ConsumerBuilder::refresh_ahead`].
+    pub refresh: Option<Arc<RefreshMark>>,
+}
+
+/// When an entry's refresh-ahead is due, and whether it was started (once per entry).
+#[derive(Debug)]
+pub(crate) struct RefreshMark {
+    pub at: Instant,
+    pub started: AtomicBool,
+}
+
+impl RefreshMark {
+    /// `true` exactly once, for the first caller that finds the refresh due at `now`.
+    #[inline]
+    pub(crate) fn claim(&self, now: Instant) -> bool {
+        !self.started.load(Relaxed) && now >= self.at && !self.started.swap(true, SeqCst)
+    }
+}
+
+/// Estimated bytes one entry costs besides its key and payload text: the entry itself, the
+/// `Arc` headers, and moka's per-entry node and access-order bookkeeping (measured roughly;
+/// an estimate, not an accounting).
+pub const ENTRY_OVERHEAD_BYTES: u64 = 160;
+
+/// The weight of an entry in the local cache, in bytes: key length + payload length +
+/// [`ENTRY_OVERHEAD_BYTES`], but at least `floor`. With `floor = max_bytes / max_entries` and a
+/// capacity of `max_bytes`, the cache holds at most `max_bytes` (estimated) bytes *and* at most
+/// `max_entries` entries: moka bounds one total weight, and the floor turns the entry bound
+/// into a weight bound.
+pub(crate) fn entry_weight(key: &str, e: &Entry, floor: u64) -> u32 {
+    let bytes = key.len() as u64 + e.value.len() as u64 + ENTRY_OVERHEAD_BYTES;
+    bytes.max(floor).min(u64::from(u32::MAX)) as u32
+}
+
+/// Bounds of the local cache.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    pub max_entries: u64,
+    /// `None` = bounded by entries only.
+    pub max_bytes: Option<u64>,
 }
 
 /// Sent on [`crate::Consumer::subscribe_evictions`] for every invalidation event the listener
@@ -63,20 +110,23 @@ impl JitteredTtl {
     }
 }
 
-impl Expiry<String, Entry> for JitteredTtl {
-    fn expire_after_create(&self, _key: &String, _value: &Entry, _created_at: Instant) -> Option<Duration> {
-        Some(self.sample())
+/// Each entry lives its own `ttl`, drawn (with jitter) when it was filled.
+struct EntryTtl;
+
+impl Expiry<String, Entry> for EntryTtl {
+    fn expire_after_create(&self, _key: &String, value: &Entry, _created_at: Instant) -> Option<Duration> {
+        Some(value.ttl)
     }
 
-    /// A replacement (a newer fill of the same key) gets a fresh TTL, like a new entry.
+    /// A replacement (a newer fill of the same key, or a refresh) gets its own fresh TTL.
     fn expire_after_update(
         &self,
         _key: &String,
-        _value: &Entry,
+        value: &Entry,
         _updated_at: Instant,
         _duration_until_expiry: Option<Duration>,
     ) -> Option<Duration> {
-        Some(self.sample())
+        Some(value.ttl)
     }
 }
 
@@ -142,14 +192,33 @@ impl Limiter {
     }
 }
 
+/// The hasher of the local cache: foldhash (seeded per process), several times cheaper than
+/// the default SipHash on the read path of every hit. Keys are app keys; foldhash's seeding
+/// keeps collisions unpredictable from outside.
+pub(crate) type LocalHasher = foldhash::fast::RandomState;
+
 pub(crate) struct Shared {
-    pub local: Cache<String, Entry>,
+    /// Process-unique id of this consumer (owner tag of its per-thread front entries).
+    pub id: u64,
+    /// Generation of the per-thread front ([`crate::front`]): bumped after every change that
+    /// may make a remembered entry wrong.
+    front_gen: AtomicU64,
+    pub local: Cache<String, Entry, LocalHasher>,
+    ttl: JitteredTtl,
+    /// Fraction of an entry's TTL after which a hit starts a background refresh.
+    refresh_ahead: Option<f64>,
     /// Last known value of recently evicted entries (only when a miss rate limit is set).
     stale: Option<Cache<String, Arc<str>>>,
     pub limiter: Limiter,
     /// Newest event version seen per recently invalidated key (the fill-race guard).
     pub guard: Cache<String, Version>,
-    pub counters: Counters,
+    /// The same for table-wide invalidations (`truncate` events): key prefix -> version, kept
+    /// as long as the per-key guard (`guard_ttl`).
+    prefix_guard: std::sync::RwLock<Vec<(String, Version, Instant)>>,
+    guard_ttl: Duration,
+    pub counters: Arc<Counters>,
+    /// Read counter for hot-key detection (`None` when detection is off).
+    pub hot: Option<HotKeys>,
     /// `true` while `get` may serve from, and fill into, the local cache.
     serving_local: AtomicBool,
     /// Bumped on every fail-safe transition; a fill that started in an older epoch must not
@@ -162,43 +231,84 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Everything [`Shared::new`] needs.
+pub(crate) struct SharedSettings {
+    pub bounds: Bounds,
+    pub ttl: JitteredTtl,
+    pub refresh_ahead: Option<f64>,
+    pub guard_entries: u64,
+    pub guard_ttl: Duration,
+    pub notice_capacity: usize,
+    pub limits: LimitSettings,
+    pub hot: Option<HotSettings>,
+}
+
 impl Shared {
-    pub(crate) fn new(
-        max_entries: u64,
-        ttl: JitteredTtl,
-        guard_entries: u64,
-        guard_ttl: Duration,
-        notice_capacity: usize,
-        limits: LimitSettings,
-    ) -> Self {
-        let (notices, _) = broadcast::channel(notice_capacity.max(1));
-        let counters = Counters::default();
+    pub(crate) fn new(s: SharedSettings) -> Self {
+        let (notices, _) = broadcast::channel(s.notice_capacity.max(1));
+        let counters = Arc::new(Counters::default());
         counters.serving_local(true);
+        let limits = s.limits;
         let stale: Option<Cache<String, Arc<str>>> = limits.enabled().then(|| {
             Cache::builder().max_capacity(limits.stale_entries.max(1)).time_to_live(limits.stale_ttl).build()
         });
-        let mut local = Cache::builder().max_capacity(max_entries).expire_after(ttl);
-        if let Some(stale) = stale.clone() {
-            // Entries removed by an event, by clearing, or by their TTL leave a stale copy
-            // (size evictions do not: those are cold keys).
-            local = local.eviction_listener(move |k: Arc<String>, e: Entry, cause| {
-                if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
-                    stale.insert(String::clone(&k), e.value);
+        let mut local = Cache::builder().expire_after(EntryTtl);
+        local = match s.bounds.max_bytes {
+            None => local.max_capacity(s.bounds.max_entries),
+            Some(bytes) => {
+                let floor = bytes.div_ceil(s.bounds.max_entries.max(1));
+                local.max_capacity(bytes).weigher(move |k: &String, e: &Entry| entry_weight(k, e, floor))
+            }
+        };
+        let (stale_l, counters_l) = (stale.clone(), counters.clone());
+        let local = local
+            .eviction_listener(move |k: Arc<String>, e: Entry, cause| {
+                match cause {
+                    RemovalCause::Size => counters_l.capacity_eviction(),
+                    RemovalCause::Expired => counters_l.expiration(),
+                    _ => {}
                 }
-            });
-        }
+                // Entries removed by an event, by clearing, or by their TTL leave a stale copy
+                // (size evictions do not: those are cold keys).
+                if let Some(stale) = &stale_l {
+                    if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
+                        stale.insert(String::clone(&k), e.value);
+                    }
+                }
+            })
+            .build_with_hasher(LocalHasher::default());
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Shared {
-            local: local.build(),
+            id: NEXT_ID.fetch_add(1, SeqCst),
+            front_gen: AtomicU64::new(0),
+            local,
+            ttl: s.ttl,
+            refresh_ahead: s.refresh_ahead,
             stale,
             limiter: Limiter::new(&limits),
-            guard: Cache::builder().max_capacity(guard_entries).time_to_live(guard_ttl).build(),
+            guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
+            prefix_guard: std::sync::RwLock::new(Vec::new()),
+            guard_ttl: s.guard_ttl,
             counters,
+            hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             notices,
         }
     }
 
+    /// The current generation of the per-thread front.
+    #[inline]
+    pub(crate) fn front_gen(&self) -> u64 {
+        self.front_gen.load(SeqCst)
+    }
+
+    /// Invalidate every thread's front entries of this consumer (after the change is done).
+    fn bump_front(&self) {
+        self.front_gen.fetch_add(1, SeqCst);
+    }
+
+    #[inline]
     pub(crate) fn is_serving_local(&self) -> bool {
         self.serving_local.load(SeqCst)
     }
@@ -213,6 +323,7 @@ impl Shared {
         let was = self.serving_local.swap(false, SeqCst);
         self.epoch.fetch_add(1, SeqCst);
         self.local.invalidate_all();
+        self.bump_front();
         if was {
             self.counters.serving_local(false);
         }
@@ -227,6 +338,7 @@ impl Shared {
         }
         self.epoch.fetch_add(1, SeqCst);
         self.local.invalidate_all();
+        self.bump_front();
         self.serving_local.store(true, SeqCst);
         self.counters.serving_local(true);
         true
@@ -244,7 +356,50 @@ impl Shared {
     }
 
     fn guard_refuses(&self, key: &str, version: Version) -> bool {
-        self.guard.get(key).is_some_and(|newest| version < newest)
+        if self.guard.get(key).is_some_and(|newest| version < newest) {
+            return true;
+        }
+        let prefixes = self.prefix_guard.read().unwrap_or_else(|e| e.into_inner());
+        prefixes.iter().any(|(p, v, _)| version < *v && key.starts_with(p.as_str()))
+    }
+
+    /// A `truncate` event: every key of a template is stale at `version`. Raise the prefix
+    /// guard, then evict every cached key with the template's literal prefix and an older
+    /// version. Returns the number of entries evicted.
+    fn apply_truncate(&self, template: &str, version: Version) -> u64 {
+        // A template that does not parse (a newer writer?) degrades to "everything".
+        let prefix = binval_protocol::KeyTemplate::parse(template).map(|t| t.literal_prefix().to_string()).unwrap_or_default();
+        {
+            let mut g = self.prefix_guard.write().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            g.retain(|(_, _, at)| now.duration_since(*at) < self.guard_ttl);
+            g.push((prefix.clone(), version, now));
+        }
+        let victims: Vec<Arc<String>> =
+            self.local.iter().filter(|(k, e)| k.starts_with(prefix.as_str()) && should_evict(e.version, version)).map(|(k, _)| k).collect();
+        let mut n = 0;
+        for k in victims {
+            if let CompResult::Removed(e) = self.local.entry_by_ref(k.as_str()).and_compute_with(|cur| match cur {
+                Some(e) if should_evict(e.value().version, version) => Op::Remove,
+                _ => Op::Nop,
+            }) {
+                if let Some(stale) = &self.stale {
+                    stale.insert(k.to_string(), e.into_value().value);
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// A new entry for a fill: its TTL drawn with jitter, its refresh-ahead mark.
+    fn new_entry(&self, value: &Arc<str>, version: Version) -> Entry {
+        let ttl = self.ttl.sample();
+        let now = Instant::now();
+        let refresh = self
+            .refresh_ahead
+            .map(|f| Arc::new(RefreshMark { at: now + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) }));
+        Entry { value: value.clone(), version, ttl, expires_at: now + ttl, refresh }
     }
 
     /// Cache a fill of `key` read at `version`, unless the fill-race guard or a fail-safe
@@ -258,17 +413,25 @@ impl Shared {
             self.counters.fill_refused();
             return false;
         }
-        self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
+        let entry = self.new_entry(value, version);
+        let put = self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
             // A concurrent fill already cached a newer pair: keep it.
             Some(e) if e.value().version > version => Op::Nop,
-            _ => Op::Put(Entry { value: value.clone(), version }),
+            _ => Op::Put(entry),
         });
+        if matches!(put, CompResult::ReplacedWith(_)) {
+            // A refresh or a newer fill replaced an entry: threads' fronts should not keep
+            // serving the replaced one (it is not wrong — no event touched it — just older).
+            self.bump_front();
+        }
         let refused = self.guard_refuses(key, version);
         if refused || self.epoch() != epoch || !self.is_serving_local() {
             self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
                 Some(e) if e.value().version == version && Arc::ptr_eq(&e.value().value, value) => Op::Remove,
                 _ => Op::Nop,
             });
+            // A reader may have copied the entry into its front between insert and removal.
+            self.bump_front();
             if refused {
                 self.counters.fill_refused();
             }
@@ -277,51 +440,173 @@ impl Shared {
         true
     }
 
-    /// Apply one invalidation event: raise the fill-race guard, then evict by the evict rule,
-    /// count, and notify subscribers.
-    pub(crate) fn apply_event(&self, ev: &InvalidationEvent) -> EvictionNotice {
-        let v = ev.version;
-        self.guard.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
-            Some(e) if *e.value() >= v => Op::Nop,
-            _ => Op::Put(v),
-        });
-        let evicted = match self.local.entry_by_ref(ev.key.as_str()).and_compute_with(|cur| match cur {
-            Some(e) if should_evict(e.value().version, v) => Op::Remove,
-            _ => Op::Nop,
-        }) {
-            CompResult::Removed(e) => {
+    /// Apply a batch of invalidation events, in order: per distinct key, raise the fill-race
+    /// guard to the batch's newest version of that key, then evict by the evict rule once;
+    /// then count, record the lag, and notify subscribers (one notice per event; `evicted` is
+    /// set on the event whose version did the eviction, the newest of its key in the batch).
+    ///
+    /// Readers are never blocked: the local cache and the guard are concurrent maps, and each
+    /// key is touched by one short atomic compute. A burst of changes of one key (a hot row
+    /// updated in a loop) costs one eviction per batch, not one per change.
+    pub(crate) fn apply_batch(&self, events: &[InvalidationEvent]) -> Vec<EvictionNotice> {
+        // Newest version per key in this batch, and the index of the event that carries it.
+        let mut newest: HashMap<&str, (Version, usize)> = HashMap::with_capacity(events.len());
+        let mut truncated = 0u64;
+        for (i, ev) in events.iter().enumerate() {
+            if ev.op == binval_protocol::Op::Truncate {
+                truncated += self.apply_truncate(&ev.key, ev.version);
+                continue;
+            }
+            let e = newest.entry(ev.key.as_str()).or_insert((ev.version, i));
+            if ev.version > e.0 {
+                *e = (ev.version, i);
+            }
+        }
+        let mut evicted_at = vec![false; events.len()];
+        for (key, (v, i)) in &newest {
+            let v = *v;
+            self.guard.entry_by_ref(*key).and_compute_with(|cur| match cur {
+                Some(e) if *e.value() >= v => Op::Nop,
+                _ => Op::Put(v),
+            });
+            if let CompResult::Removed(e) = self.local.entry_by_ref(*key).and_compute_with(|cur| match cur {
+                Some(e) if should_evict(e.value().version, v) => Op::Remove,
+                _ => Op::Nop,
+            }) {
                 // Keep the last known value for the stale fallback of the miss rate limit.
                 if let Some(stale) = &self.stale {
-                    stale.insert(ev.key.clone(), e.into_value().value);
+                    stale.insert(key.to_string(), e.into_value().value);
                 }
-                true
+                evicted_at[*i] = true;
             }
-            _ => false,
-        };
-        let received_at_ms = now_ms();
-        self.counters.event();
-        if evicted {
-            self.counters.eviction();
         }
-        self.counters.lag(received_at_ms.saturating_sub(ev.publish_time_ms));
-        let notice = EvictionNotice {
-            key: ev.key.clone(),
-            version: v,
-            evicted,
-            commit_time_ms: ev.commit_time_ms,
-            publish_time_ms: ev.publish_time_ms,
-            received_at_ms,
-        };
-        if self.notices.receiver_count() > 0 {
-            let _ = self.notices.send(notice.clone());
-        }
-        notice
+        // After the evictions, and for every batch: a thread's front may remember an entry of
+        // one of these keys that already left moka (by size), which no eviction above saw.
+        self.bump_front();
+        let applied_at_ms = now_ms();
+        let evictions = evicted_at.iter().filter(|e| **e).count() as u64 + truncated;
+        self.counters.events(events.len() as u64, evictions);
+        let subscribed = self.notices.receiver_count() > 0;
+        events
+            .iter()
+            .zip(evicted_at)
+            .map(|(ev, evicted)| {
+                self.counters.lag(applied_at_ms, ev.commit_time_ms, ev.publish_time_ms);
+                let notice = EvictionNotice {
+                    key: ev.key.clone(),
+                    version: ev.version,
+                    evicted,
+                    commit_time_ms: ev.commit_time_ms,
+                    publish_time_ms: ev.publish_time_ms,
+                    received_at_ms: applied_at_ms,
+                };
+                if subscribed {
+                    let _ = self.notices.send(notice.clone());
+                }
+                notice
+            })
+            .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use binval_protocol::{Op as EvOp, SourcePosition};
+
+    fn shared() -> Shared {
+        Shared::new(SharedSettings {
+            bounds: Bounds { max_entries: 100, max_bytes: None },
+            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
+            refresh_ahead: None,
+            guard_entries: 100,
+            guard_ttl: Duration::from_secs(30),
+            notice_capacity: 16,
+            limits: LimitSettings {
+                per_instance: None,
+                per_key: None,
+                stale_ttl: Duration::from_secs(1),
+                stale_entries: 1,
+                key_limiter_entries: 1,
+            },
+            hot: None,
+        })
+    }
+
+    fn ev(key: &str, version: Version) -> InvalidationEvent {
+        InvalidationEvent {
+            schema: 1,
+            key: key.into(),
+            version,
+            op: EvOp::Update,
+            table: "a.b".into(),
+            position: SourcePosition::default(),
+            commit_time_ms: 0,
+            publish_time_ms: 0,
+        }
+    }
+
+    /// A `truncate` event evicts every older key of the template's prefix, refuses older fills
+    /// of such keys afterwards, and leaves other keys and newer entries alone.
+    #[test]
+    fn truncate_evicts_by_prefix_and_guards_fills() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("x");
+        assert!(s.try_cache("p:item:1", &v, 5, s.epoch()));
+        assert!(s.try_cache("p:item:2", &v, 12, s.epoch()));
+        assert!(s.try_cache("p:tag:1", &v, 5, s.epoch()));
+        let mut t = ev("p:item:{id}", 10);
+        t.op = EvOp::Truncate;
+        s.apply_batch(&[t]);
+        assert!(s.local.get("p:item:1").is_none(), "older entry of the table evicted");
+        assert!(s.local.get("p:item:2").is_some(), "entry newer than the truncate stays");
+        assert!(s.local.get("p:tag:1").is_some(), "other prefix stays");
+        assert!(!s.try_cache("p:item:3", &v, 9, s.epoch()), "a fill older than the truncate is refused");
+        assert!(s.try_cache("p:item:3", &v, 10, s.epoch()), "a fill at or after it is cached");
+        assert!(s.try_cache("p:tag:2", &v, 9, s.epoch()));
+    }
+
+    /// The front remembers an entry the local cache no longer holds (dropped for size); an
+    /// event of that key evicts nothing from the cache, and must still invalidate the front.
+    #[test]
+    fn every_batch_invalidates_the_front() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("old");
+        assert!(s.try_cache("k", &v, 1, s.epoch()));
+        let gen = s.front_gen();
+        let e = s.local.get("k").unwrap();
+        crate::front::put(s.id, gen, "k", &e);
+        s.local.invalidate("k"); // as a size eviction would
+        let now = Instant::now();
+        assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_some());
+        let notices = s.apply_batch(&[ev("k", 2)]);
+        assert!(!notices[0].evicted, "nothing left in the cache to evict");
+        assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_none(), "front still serves after the event");
+    }
+
+    /// A fill removed again by the fill-race guard, and a fail-safe clear, invalidate the front.
+    #[test]
+    fn guard_removal_and_fail_safe_invalidate_the_front() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("x");
+        assert!(s.try_cache("k", &v, 5, s.epoch()));
+        let gen = s.front_gen();
+        crate::front::put(s.id, gen, "k", &s.local.get("k").unwrap());
+        s.apply_batch(&[ev("k", 9)]);
+        let g1 = s.front_gen();
+        assert_ne!(g1, gen);
+        // A fill at an older version than the guard is refused: nothing cached.
+        assert!(!s.try_cache("k", &v, 8, s.epoch()));
+        // A fill started before a fail-safe transition is removed again, and the front moves.
+        let epoch = s.epoch();
+        s.stop_serving_local();
+        assert!(s.front_gen() > g1);
+        s.resume_serving_local();
+        let g2 = s.front_gen();
+        assert!(!s.try_cache("k", &v, 10, epoch), "fill from an older epoch");
+        assert!(s.front_gen() > g2);
+        assert!(s.local.get("k").is_none());
+    }
 
     #[test]
     fn jittered_ttl_stays_within_bounds_and_spreads() {

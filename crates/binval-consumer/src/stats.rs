@@ -1,30 +1,12 @@
 //! Counters: kept as atomics for [`crate::Consumer::stats`] and mirrored to the `metrics`
-//! facade so any installed recorder (Prometheus exporter, …) sees them too.
-//!
-//! Metric names (all counters end in `_total`):
-//!
-//! | counter | meaning |
-//! |---|---|
-//! | `binval_consumer_hits_total` | `get` served from the local cache |
-//! | `binval_consumer_misses_total` | `get` not in the local cache while serving locally |
-//! | `binval_consumer_bypass_reads_total` | `get` while the fail-safe bypasses the local cache |
-//! | `binval_consumer_fills_total` | Redis reads that found a value (cached or not) |
-//! | `binval_consumer_fills_refused_total` | fills not cached by the fill-race guard |
-//! | `binval_consumer_events_total` | invalidation events applied |
-//! | `binval_consumer_evictions_total` | events that removed a held entry |
-//! | `binval_consumer_bad_messages_total` | topic messages skipped because they do not parse |
-//! | `binval_consumer_coalesced_total` | `get` misses that joined a fill already in flight |
-//! | `binval_consumer_limiter_rejections_total` | fills refused by the miss rate limit |
-//! | `binval_consumer_stale_served_total` | `get` calls answered with a stale copy |
-//!
-//! Histogram `binval_consumer_invalidation_lag_ms`: event `publish_time_ms` to the moment the
-//! listener applied it, milliseconds. Gauge `binval_consumer_serving_local`: 1 while `get`
-//! may serve from the local cache, 0 while the fail-safe bypasses it.
+//! facade so any installed recorder (Prometheus exporter, …) sees them too. The metric names
+//! and their meaning are listed in the crate docs, "Metrics".
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// A snapshot of the consumer's counters, all counted since `build()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A snapshot of the consumer's counters, all counted since `build()`. Serializes (serde) as
+/// a flat object of these field names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// `get` calls answered from the local cache.
     pub hits: u64,
@@ -52,6 +34,21 @@ pub struct Stats {
     /// `get` calls answered with the stale copy of an evicted entry because the rate limit
     /// refused the fill (one per caller).
     pub stale_served: u64,
+    /// `get` calls of keys that the cache mode does not cache locally (a prefix not listed, or
+    /// not hot in hot-only mode); they go through single-flight, limits and Redis.
+    pub uncached_reads: u64,
+    /// Fills that found a tombstone (the row was deleted) and answered `None`.
+    pub tombstones: u64,
+    /// Fills answered by the app-supplied loader (every replica missing).
+    pub loader_fills: u64,
+    /// Loader calls that failed or timed out.
+    pub loader_errors: u64,
+    /// Refresh-ahead fills started by a hit on an entry near its expiry.
+    pub refreshes: u64,
+    /// Entries removed to keep the local cache within its entry / byte bound.
+    pub capacity_evictions: u64,
+    /// Entries removed by their TTL.
+    pub expirations: u64,
 }
 
 #[derive(Debug, Default)]
@@ -67,6 +64,32 @@ pub(crate) struct Counters {
     pub coalesced: AtomicU64,
     pub limiter_rejections: AtomicU64,
     pub stale_served: AtomicU64,
+    pub uncached_reads: AtomicU64,
+    pub tombstones: AtomicU64,
+    pub loader_fills: AtomicU64,
+    pub loader_errors: AtomicU64,
+    pub refreshes: AtomicU64,
+    pub capacity_evictions: AtomicU64,
+    pub expirations: AtomicU64,
+    /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
+    /// key lookup that `metrics::counter!` does on every call.
+    hit_metric: HitMetric,
+}
+
+/// `binval_consumer_hits_total`, registered with the recorder installed when the consumer is
+/// built (install a recorder before `build()`; later ones do not see hits).
+struct HitMetric(metrics::Counter);
+
+impl Default for HitMetric {
+    fn default() -> Self {
+        HitMetric(metrics::counter!("binval_consumer_hits_total"))
+    }
+}
+
+impl std::fmt::Debug for HitMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HitMetric")
+    }
 }
 
 macro_rules! bump {
@@ -80,20 +103,41 @@ macro_rules! bump {
 }
 
 impl Counters {
-    bump!(hit, hits, "binval_consumer_hits_total");
+    #[inline]
+    pub(crate) fn hit(&self) {
+        self.hits.fetch_add(1, Relaxed);
+        self.hit_metric.0.increment(1);
+    }
     bump!(miss, misses, "binval_consumer_misses_total");
     bump!(bypass_read, bypass_reads, "binval_consumer_bypass_reads_total");
     bump!(fill, fills, "binval_consumer_fills_total");
     bump!(fill_refused, fills_refused, "binval_consumer_fills_refused_total");
-    bump!(event, events, "binval_consumer_events_total");
-    bump!(eviction, evictions, "binval_consumer_evictions_total");
     bump!(bad_message, bad_messages, "binval_consumer_bad_messages_total");
     bump!(coalesced, coalesced, "binval_consumer_coalesced_total");
     bump!(limiter_rejection, limiter_rejections, "binval_consumer_limiter_rejections_total");
     bump!(stale_served, stale_served, "binval_consumer_stale_served_total");
+    bump!(uncached_read, uncached_reads, "binval_consumer_uncached_reads_total");
+    bump!(tombstone, tombstones, "binval_consumer_tombstones_total");
+    bump!(loader_fill, loader_fills, "binval_consumer_loader_fills_total");
+    bump!(loader_error, loader_errors, "binval_consumer_loader_errors_total");
+    bump!(refresh, refreshes, "binval_consumer_refreshes_total");
+    bump!(capacity_eviction, capacity_evictions, "binval_consumer_capacity_evictions_total");
+    bump!(expiration, expirations, "binval_consumer_expirations_total");
 
-    pub(crate) fn lag(&self, lag_ms: u64) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms").record(lag_ms as f64);
+    /// A batch of `events` applied by the listener, `evictions` of which removed an entry.
+    pub(crate) fn events(&self, events: u64, evictions: u64) {
+        self.events.fetch_add(events, Relaxed);
+        self.evictions.fetch_add(evictions, Relaxed);
+        metrics::counter!("binval_consumer_events_total").increment(events);
+        metrics::counter!("binval_consumer_evictions_total").increment(evictions);
+    }
+
+    /// Lag of one applied event, from its commit and from its publish (Unix ms).
+    pub(crate) fn lag(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64) {
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit")
+            .record(applied_ms.saturating_sub(commit_ms) as f64);
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
+            .record(applied_ms.saturating_sub(publish_ms) as f64);
     }
 
     pub(crate) fn serving_local(&self, on: bool) {
@@ -113,6 +157,13 @@ impl Counters {
             coalesced: self.coalesced.load(Relaxed),
             limiter_rejections: self.limiter_rejections.load(Relaxed),
             stale_served: self.stale_served.load(Relaxed),
+            uncached_reads: self.uncached_reads.load(Relaxed),
+            tombstones: self.tombstones.load(Relaxed),
+            loader_fills: self.loader_fills.load(Relaxed),
+            loader_errors: self.loader_errors.load(Relaxed),
+            refreshes: self.refreshes.load(Relaxed),
+            capacity_evictions: self.capacity_evictions.load(Relaxed),
+            expirations: self.expirations.load(Relaxed),
         }
     }
 }

@@ -36,7 +36,7 @@ async fn fill_reads_version_then_replica() -> anyhow::Result<()> {
     assert_eq!(c.cached_version(&key), Some(3));
 
     // Second read is a local hit, even though Redis changed behind its back (no event sent).
-    write_standalone(&mut r, &key, 4, r#"{"id":6666,"name":"changed"}"#, 3).await?;
+    write_standalone(&mut r, &key, 4, r#"{"id":6666,"name":"changed"}"#, 4).await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some(payload));
     let item: Option<Item> = c.get_json(&key).await?;
     assert_eq!(item, Some(Item { id: 6666, name: "lamp".into() }));
@@ -75,13 +75,9 @@ async fn event_evicts_on_every_instance() -> anyhow::Result<()> {
     // Several rounds, so the printed latency is not one sample; the first round is the test.
     for (round, version) in (4u64..=8).enumerate() {
         let payload = format!("new-{version}");
-        // The writer's order: replicas, then INCR of the version token, then the event.
-        let mut pipe = redis::pipe();
-        for i in 0..8 {
-            pipe.set(replica_key(&key, i), &payload).ignore();
-        }
-        pipe.query_async::<()>(&mut r).await?;
-        let v: u64 = r.incr(version_key(&key), 1).await?;
+        // The writer's order: replicas, then the version token, then the event.
+        write_standalone(&mut r, &key, 8, &payload, version).await?;
+        let v: u64 = r.get(version_key(&key)).await?;
         assert_eq!(v, version);
 
         let mut rx_a = a.subscribe_evictions();
@@ -245,10 +241,7 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
 
     let client = redis::cluster::ClusterClient::new(urls.clone())?;
     let mut w = client.get_async_connection().await?;
-    for i in 0..8 {
-        let _: () = w.set(replica_key(&key, i), "clustered").await?;
-    }
-    let _: () = w.set(version_key(&key), 7).await?;
+    write_fenced(&mut w, &key, 8, "clustered", 7).await?;
 
     let c = builder(&topic)
         .redis_cluster(urls.clone())
@@ -265,18 +258,14 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
 
     // Only one replica present: the fill tries the others once each and finds it.
     let key2 = format!("item:detail:{}", binval_testkit::unique_name("k"));
-    let _: () = w.set(replica_key(&key2, 5), "only-r5").await?;
-    let _: () = w.set(version_key(&key2), 2).await?;
+    write_record(&mut w, &key2, [5], "set", "only-r5", 2).await?;
     assert_eq!(c.get(&key2).await?.as_deref(), Some("only-r5"));
     assert_eq!(c.cached_version(&key2), Some(2));
 
     // Eviction works the same on a cluster.
     let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
-    for i in 0..8 {
-        let _: () = w.set(replica_key(&key, i), "clustered-2").await?;
-    }
-    let _: u64 = w.incr(version_key(&key), 1).await?;
+    write_fenced(&mut w, &key, 8, "clustered-2", 8).await?;
     publish(&p, &topic, &event(&key, 8)).await?;
     assert!(wait_notice(&mut rx, &key, 8, WAIT).await?.evicted);
     assert_eq!(c.get(&key).await?.as_deref(), Some("clustered-2"));

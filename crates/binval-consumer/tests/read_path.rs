@@ -228,3 +228,101 @@ async fn ttl_jitter_out_of_range_is_config_error() {
         assert!(matches!(err, ConsumerError::Config { field: "ttl_jitter", .. }), "{bad}: {err}");
     }
 }
+
+/// `calls=` of `cmdstat_<cmd>` in `INFO commandstats` of one node.
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) -> anyhow::Result<u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    let prefix = format!("cmdstat_{cmd}:");
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').find_map(|f| f.strip_prefix("calls=")))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0))
+}
+
+/// The fill-race test, with a real pause: on the 3-master cluster, the version token
+/// and the only replica of the key live on different masters. The replica's master is paused
+/// (`CLIENT PAUSE`), so a fill reads the version token (5) and then waits in its replica read;
+/// meanwhile the writer moves the token to 6 and the event for 6 is applied; then the pause
+/// ends and the fill gets the old value. It is returned to the caller and not cached.
+#[tokio::test(flavor = "multi_thread")]
+async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 1).await?;
+    let urls = binval_testkit::redis_cluster().urls();
+    let mut nodes = Vec::new();
+    for u in &urls {
+        nodes.push(redis::Client::open(u.as_str())?.get_multiplexed_async_connection().await?);
+    }
+    // The node that owns `key`: the one that answers for it without a MOVED redirect.
+    async fn owner(nodes: &mut [redis::aio::MultiplexedConnection], key: &str) -> anyhow::Result<usize> {
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if redis::cmd("EXISTS").arg(key).query_async::<i64>(n).await.is_ok() {
+                return Ok(i);
+            }
+        }
+        anyhow::bail!("no node owns {key}")
+    }
+    let base = binval_testkit::unique_name("pause");
+    let mut found = None;
+    for i in 0..100 {
+        let k = format!("item:{base}:{i}");
+        let (v, r) = (
+            owner(&mut nodes, &binval_protocol::version_key(&k)).await?,
+            owner(&mut nodes, &binval_protocol::replica_key(&k, 0)).await?,
+        );
+        if v != r {
+            found = Some((k, v, r));
+            break;
+        }
+    }
+    let (key, ver_node, rep_node) = found.expect("a key whose token and replica are on different masters");
+    let cluster = redis::cluster::ClusterClient::new(urls.clone())?;
+    let mut w = cluster.get_async_connection().await?;
+    write_fenced(&mut w, &key, 1, "old", 5).await?;
+
+    let c = builder(&topic)
+        .redis_cluster(urls.clone())
+        .replicas(1)
+        .redis_response_timeout(Duration::from_secs(10))
+        .build()
+        .await?;
+    let mut rx = c.subscribe_evictions();
+    let gets_before = command_calls(&mut nodes[ver_node], "get").await?;
+
+    const PAUSE_MS: u64 = 3000;
+    let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(PAUSE_MS).arg("ALL").query_async(&mut nodes[rep_node]).await?;
+    let paused_at = Instant::now();
+    let fill = {
+        let (c, key) = (c.clone(), key.clone());
+        tokio::spawn(async move { c.get(&key).await })
+    };
+    // The fill has read the version token once its GET reached the token's master.
+    while command_calls(&mut nodes[ver_node], "get").await? == gets_before {
+        anyhow::ensure!(paused_at.elapsed() < Duration::from_millis(PAUSE_MS), "the fill never read the version token");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The writer moves on: version token to 6 (its replica write would wait for the pause), event.
+    let bump = redis::Script::new(&binval_protocol::fence::version_bump_script());
+    let _: i64 = bump.key(binval_protocol::version_key(&key)).arg(6).invoke_async(&mut w).await?;
+    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 6)).await?;
+    let notice = wait_notice(&mut rx, &key, 6, WAIT).await?;
+    let applied_after = paused_at.elapsed();
+    let finished_early = fill.is_finished();
+    let got = fill.await??;
+    let s = c.stats();
+    println!("event applied {applied_after:?} into the {PAUSE_MS} ms pause; fill returned {got:?}; {s:?}");
+    if finished_early || applied_after >= Duration::from_millis(PAUSE_MS) {
+        println!("machine too slow: the pause ended before the event was applied; race not exercised");
+        c.shutdown().await;
+        return Ok(());
+    }
+    assert!(!notice.evicted, "nothing was cached yet: {notice:?}");
+    assert_eq!(got.as_deref(), Some("old"), "the caller gets what the fill read");
+    assert_eq!((s.fills, s.fills_refused), (1, 1), "{s:?}");
+    assert_eq!(c.cached_version(&key), None, "a fill older than the applied event must not be cached");
+    c.shutdown().await;
+    Ok(())
+}

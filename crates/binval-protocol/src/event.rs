@@ -29,8 +29,16 @@ pub enum Op {
     /// The row behind this key changed; the key stayed the same.
     Update,
     /// No row maps to this key any more (DELETE, or UPDATE that moved the key column away).
-    /// Replicas are removed.
+    /// Replicas hold a tombstone.
     Delete,
+    /// A statement removed or swapped the rows of a whole table without row events (TRUNCATE,
+    /// DROP TABLE, partition TRUNCATE/DROP/EXCHANGE). The event's `key` is then a **key
+    /// template** (e.g. `item:detail:{id}`), not a key: every key of the template is stale at
+    /// `version`. Consumers evict every cached key starting with the template's literal prefix
+    /// ([`crate::KeyTemplate::literal_prefix`]) whose version is lower, and refuse fills older
+    /// than `version` for those keys. Replicas of the table's keys hold a stale marker (no
+    /// payload: readers fall back to their loader or answer "no row").
+    Truncate,
 }
 
 impl Op {
@@ -40,6 +48,7 @@ impl Op {
             Op::Insert => "insert",
             Op::Update => "update",
             Op::Delete => "delete",
+            Op::Truncate => "truncate",
         }
     }
 }
@@ -73,7 +82,8 @@ impl std::fmt::Display for SourcePosition {
 pub struct InvalidationEvent {
     /// Event layout version, [`EVENT_SCHEMA_VERSION`].
     pub schema: u32,
-    /// Logical key, e.g. `item:detail:6666` (no replica suffix).
+    /// Logical key, e.g. `item:detail:6666` (no replica suffix); for [`Op::Truncate`] the key
+    /// template, e.g. `item:detail:{id}`.
     pub key: String,
     /// The version of this change: its fence position ([`crate::FencePosition`]), which is what
     /// the version token `K:ver` holds once this change is applied.
@@ -179,6 +189,6 @@ mod schema_tests {
         props.sort();
         assert_eq!(props, required);
         let ops: Vec<&str> = schema["properties"]["op"]["enum"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
-        assert_eq!(ops, [Op::Insert.as_str(), Op::Update.as_str(), Op::Delete.as_str()]);
+        assert_eq!(ops, [Op::Insert.as_str(), Op::Update.as_str(), Op::Delete.as_str(), Op::Truncate.as_str()]);
     }
 }

@@ -48,7 +48,18 @@
 //! late, older write of the same key cannot resurrect the row: the tombstone's `p` refuses it.
 //! Readers treat a tombstone as "no row" (and do not fall back to another replica or a loader).
 //!
-//! Both scripts compare decimal strings numerically without converting them to Lua numbers
+//! # Writing one key
+//!
+//! 1. Read the version token. If it is already newer than the change's position, a newer
+//!    change of the key is fully applied: skip the key (writing the older value into a
+//!    replica that happens to be missing would let a reader pair an old value with the newer
+//!    version token, and no later event would evict it).
+//! 2. Run [`replica_write_script`] on every replica (concurrently on a Cluster).
+//! 3. Run [`version_bump_script`] on the token.
+//!
+//! On standalone Redis, [`key_apply_script`] does all three atomically.
+//!
+//! The scripts compare decimal strings numerically without converting them to Lua numbers
 //! (which are doubles and lose precision above 2^53).
 
 /// Hash field of a replica record holding the payload.
@@ -146,12 +157,16 @@ local function newer(a, b)
 end
 "#;
 
-/// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind
-/// (`set` | `del`), payload (ignored for `del`), tombstone TTL in ms.
+/// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind, payload
+/// (ignored unless kind is `set`), TTL in ms (`0` = none).
+///
+/// Kinds: `set` stores the payload; `del` stores a tombstone (`t` = 1; readers answer "no row");
+/// `inv` (invalidate mode) stores only the position, so readers see a missing replica and fall
+/// back to their loader, while an older write is still refused.
 ///
 /// Returns `1` when applied, `0` when the record already holds this or a newer position (a
-/// no-op re-apply), `-1` when the record was written by a newer fencing token (this writer has
-/// lost its lease and must stop).
+/// no-op re-apply), `-1` when the record was written under a newer fencing token (this writer
+/// has lost its lease and must stop).
 pub fn replica_write_script() -> String {
     format!(
         "{LUA_NEWER}
@@ -161,11 +176,55 @@ if cur[1] and not newer(ARGV[1], cur[1]) then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] == 'set' then
   redis.call('HSET', KEYS[1], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
-else
+elseif ARGV[3] == 'del' then
   redis.call('HSET', KEYS[1], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[5])
+else
+  redis.call('HSET', KEYS[1], 'p', ARGV[1], 'f', ARGV[2])
 end
+if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 return 1
+"
+    )
+}
+
+/// The whole-key script for standalone Redis (all keys on one server, so one script can touch
+/// them): `KEYS[1]` = `K:ver`, `KEYS[2..]` = the replicas; `ARGV` as for
+/// [`replica_write_script`].
+///
+/// Skips the key entirely when its version token is already newer than the position (a newer
+/// change is fully applied: writing an older value into a missing replica would pair an old
+/// value with a newer version for readers). Otherwise applies every replica, then moves the
+/// token. Returns `{replicas written, version moved (0|1), lost lease (0|1), skipped (0|1)}`.
+pub fn key_apply_script() -> String {
+    format!(
+        "{LUA_NEWER}
+local ver = redis.call('GET', KEYS[1])
+if ver and newer(ver, ARGV[1]) then return {{0, 0, 0, 1}} end
+local written, lost = 0, 0
+for i = 2, #KEYS do
+  local cur = redis.call('HMGET', KEYS[i], 'p', 'f')
+  if cur[2] and newer(cur[2], ARGV[2]) then
+    lost = 1
+  elseif not cur[1] or newer(ARGV[1], cur[1]) then
+    redis.call('DEL', KEYS[i])
+    if ARGV[3] == 'set' then
+      redis.call('HSET', KEYS[i], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
+    elseif ARGV[3] == 'del' then
+      redis.call('HSET', KEYS[i], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
+    else
+      redis.call('HSET', KEYS[i], 'p', ARGV[1], 'f', ARGV[2])
+    end
+    if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
+    written = written + 1
+  end
+end
+if lost == 1 then return {{written, 0, 1, 0}} end
+local moved = 0
+if not ver or newer(ARGV[1], ver) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  moved = 1
+end
+return {{written, moved, 0, 0}}
 "
     )
 }

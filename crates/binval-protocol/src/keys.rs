@@ -197,6 +197,41 @@ impl KeyTemplate {
         })
     }
 
+    /// The literal text before the first placeholder (`item:detail:` for
+    /// `item:detail:{id}`): every key of the template starts with it. A `truncate` event
+    /// carries the template; consumers evict every cached key with this prefix.
+    pub fn literal_prefix(&self) -> &str {
+        match self.parts.first() {
+            Some(Part::Lit(s)) => s,
+            _ => "",
+        }
+    }
+
+    /// A Redis glob (`SCAN MATCH`) matching every key of the template: each placeholder
+    /// becomes `*`, glob metacharacters of the literal text are escaped.
+    ///
+    /// ```
+    /// let t = binval_protocol::KeyTemplate::parse("item:[x]:{id}").unwrap();
+    /// assert_eq!(t.glob(), r"item:\[x\]:*");
+    /// ```
+    pub fn glob(&self) -> String {
+        let mut out = String::with_capacity(self.source.len());
+        for p in &self.parts {
+            match p {
+                Part::Lit(s) => {
+                    for ch in s.chars() {
+                        if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+                            out.push('\\');
+                        }
+                        out.push(ch);
+                    }
+                }
+                Part::Col(_) => out.push('*'),
+            }
+        }
+        out
+    }
+
     /// Render the logical key. `value_of(column)` returns the column's text, or `None` when the
     /// column is NULL or absent, in which case no key is rendered (`None`).
     pub fn render<'a, F>(&self, mut value_of: F) -> Option<String>

@@ -99,6 +99,14 @@ impl OwnedBroker {
         }
     }
 
+    /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) the broker: connections stay open, nothing
+    /// answers — a hung broker or a network black hole, not a refused connection.
+    pub fn freeze(&self, frozen: bool) {
+        if let Some(p) = &self.proc {
+            p.signal(if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+        }
+    }
+
     /// Kill the broker (SIGKILL) and wait until it is gone. No-op if stopped.
     pub fn stop(&mut self) {
         if let Some(mut p) = self.proc.take() {

@@ -70,7 +70,7 @@ mod util;
 
 pub use broker::{broker, Broker, OwnedBroker};
 pub use mariadb::{mariadb, MariaDb};
-pub use redis::{redis, redis_cluster, Redis, RedisCluster};
+pub use redis::{redis, redis_cluster, OwnedCluster, OwnedRedis, Redis, RedisCluster};
 pub use util::unique_name;
 
 /// The per-process folder holding every instance's state and logs:

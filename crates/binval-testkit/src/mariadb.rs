@@ -35,6 +35,11 @@ pub struct MariaDb {
     pub datadir: PathBuf,
     socket: PathBuf,
     client: PathBuf,
+    /// How to start it again on the same port and datadir ([`MariaDb::stop`]/[`MariaDb::start_again`]).
+    server: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    dir: PathBuf,
+    error_log: PathBuf,
     _proc: Mutex<Proc>,
 }
 
@@ -114,6 +119,44 @@ impl MariaDb {
         Self::start_args(extra_args)
     }
 
+    /// Stop the server (SIGTERM: a clean shutdown, up to 30 s, then SIGKILL). Use only on an
+    /// instance of your own ([`MariaDb::start_with`]), never on the shared one.
+    pub fn stop(&self) {
+        self._proc.lock().unwrap().terminate(Duration::from_secs(30));
+    }
+
+    /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) the server process: connections stay open but
+    /// nothing answers — a half-open connection as a hung host or a network black hole makes.
+    pub fn freeze(&self, frozen: bool) {
+        self._proc.lock().unwrap().signal(if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+    }
+
+    /// Start it again after [`stop`](Self::stop), same port, datadir and options; waits until
+    /// it accepts connections.
+    pub fn start_again(&self) -> anyhow::Result<()> {
+        let mut cmd = Command::new(&self.server);
+        cmd.args(&self.args).current_dir(&self.dir);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut proc = Proc::spawn(cmd, &self.dir.join("mariadbd.out"))?;
+            match wait_handshake(&mut proc, self.port, &self.error_log) {
+                Ok(()) => {
+                    *self._proc.lock().unwrap() = proc;
+                    return Ok(());
+                }
+                // The port can linger for a moment after the old process exited.
+                Err(e) if Instant::now() < deadline => {
+                    proc.kill();
+                    let _ = e;
+                    thread::sleep(Duration::from_millis(300));
+                    cmd = Command::new(&self.server);
+                    cmd.args(&self.args).current_dir(&self.dir);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn start() -> anyhow::Result<MariaDb> {
         Self::start_args(&[])
     }
@@ -157,6 +200,7 @@ impl MariaDb {
                 .arg("--sync-binlog=0")
                 .args(extra_args)
                 .current_dir(&dir);
+            let args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
             let mut proc = Proc::spawn(cmd, &dir.join("mariadbd.out"))?;
             match wait_handshake(&mut proc, port, &error_log) {
                 Ok(()) => {
@@ -165,6 +209,10 @@ impl MariaDb {
                         datadir: datadir.clone(),
                         socket: socket.clone(),
                         client: bins.client.clone(),
+                        server: bins.server.clone(),
+                        args,
+                        dir: dir.clone(),
+                        error_log: error_log.clone(),
                         _proc: Mutex::new(proc),
                     };
                     db.sql("SELECT 1").context("MariaDB is up but root cannot run SQL over TCP")?;

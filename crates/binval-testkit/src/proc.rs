@@ -117,6 +117,15 @@ impl Proc {
         live().retain(|p| *p != pid);
     }
 
+    /// Send `sig` (e.g. SIGSTOP/SIGCONT) without reaping.
+    pub fn signal(&self, sig: i32) {
+        if !self.reaped {
+            unsafe {
+                libc::kill(self.child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         if self.reaped {

@@ -41,6 +41,94 @@ impl RedisCluster {
     }
 }
 
+/// A standalone Redis of the caller's own with an append-only file fsynced on every write, so
+/// [`stop`](Self::stop) + [`start`](Self::start) is a restart that keeps the data (as a
+/// production Redis with AOF would). Dropping kills it.
+pub struct OwnedRedis {
+    pub port: u16,
+    bin: PathBuf,
+    dir: PathBuf,
+    proc: Option<Proc>,
+}
+
+impl OwnedRedis {
+    /// Start a new one on a free port.
+    pub fn start_new() -> anyhow::Result<OwnedRedis> {
+        let bin = server_bin()?;
+        let dir = new_state_dir("owned-redis")?;
+        for _ in 0..3 {
+            let port = free_port()?;
+            match start_persistent(&bin, &dir, port) {
+                Ok(p) => return Ok(OwnedRedis { port, bin, dir, proc: Some(p) }),
+                Err(NodeError::PortClash(_)) => continue,
+                Err(NodeError::Other(e)) => return Err(e),
+            }
+        }
+        Err(anyhow!("owned redis-server did not start"))
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kill it (SIGKILL; the AOF is fsynced per write, nothing acknowledged is lost).
+    pub fn stop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Start it again on the same port and directory (no-op when running).
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        if self.proc.is_some() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match start_persistent(&self.bin, &self.dir, self.port) {
+                Ok(p) => {
+                    self.proc = Some(p);
+                    return Ok(());
+                }
+                Err(NodeError::PortClash(_)) if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+                Err(NodeError::PortClash(e)) | Err(NodeError::Other(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+fn start_persistent(bin: &Path, dir: &Path, port: u16) -> Result<Proc, NodeError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--save", ""])
+        .args(["--appendonly", "yes"])
+        .args(["--appendfsync", "always"])
+        .args(["--daemonize", "no"])
+        .args(["--logfile", ""])
+        .arg("--dir")
+        .arg(dir)
+        .current_dir(dir);
+    let log = dir.join("redis.log");
+    let mut proc = Proc::spawn(cmd, &log).map_err(NodeError::Other)?;
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(st) = proc.try_wait() {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let e = anyhow!("redis-server on port {port} exited during start-up ({st})\n{}", tail(&log, 20));
+            return Err(if text.contains("Address already in use") { NodeError::PortClash(e) } else { NodeError::Other(e) });
+        }
+        if matches!(redis_cmd(port, "PING").as_deref(), Ok("PONG")) {
+            return Ok(proc);
+        }
+        if Instant::now() > deadline {
+            return Err(NodeError::Other(anyhow!("redis-server did not answer PING on 127.0.0.1:{port}\n{}", tail(&log, 20))));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The shared standalone Redis of this test process, started on first use.
 pub fn redis() -> &'static Redis {
     static R: OnceLock<Result<Redis, String>> = OnceLock::new();
@@ -67,11 +155,16 @@ enum NodeError {
 }
 
 fn start_node(bin: &Path, dir: &Path, port: u16, cluster: bool) -> Result<Proc, NodeError> {
+    start_node_with(bin, dir, port, cluster, false)
+}
+
+fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent: bool) -> Result<Proc, NodeError> {
     let mut cmd = Command::new(bin);
     cmd.args(["--port", &port.to_string()])
         .args(["--bind", "127.0.0.1"])
         .args(["--save", ""])
-        .args(["--appendonly", "no"])
+        .args(if persistent { ["--appendonly", "yes"] } else { ["--appendonly", "no"] })
+        .args(["--appendfsync", "always"])
         .args(["--daemonize", "no"])
         .args(["--logfile", ""])
         .arg("--dir")
@@ -133,9 +226,84 @@ fn start_standalone() -> anyhow::Result<Redis> {
     Ok(Redis { port, _proc: Mutex::new(proc) })
 }
 
+/// A 3-master Redis Cluster of the caller's own, with append-only files fsynced per write, so a
+/// master can be stopped ([`stop_node`](Self::stop_node)) and started again
+/// ([`start_node`](Self::start_node)) with its data and cluster identity — a master outage.
+pub struct OwnedCluster {
+    pub ports: Vec<u16>,
+    bin: PathBuf,
+    dirs: Vec<PathBuf>,
+    procs: Vec<Option<Proc>>,
+}
+
+impl OwnedCluster {
+    /// Start 3 masters and form the cluster; returns when `cluster_state:ok`.
+    pub fn start_new() -> anyhow::Result<OwnedCluster> {
+        let bin = server_bin()?;
+        let mut ports = Vec::new();
+        let mut procs = Vec::new();
+        let mut dirs = Vec::new();
+        for i in 0..3 {
+            let mut taken = ports.clone();
+            taken.extend(ports.iter().map(|p| p + 10000));
+            let dir = new_state_dir(&format!("owned-cluster-{i}"))?;
+            let mut started = None;
+            for _ in 0..3 {
+                let port = free_cluster_port(&taken)?;
+                match start_node_with(&bin, &dir, port, true, true) {
+                    Ok(p) => {
+                        started = Some((port, p));
+                        break;
+                    }
+                    Err(NodeError::PortClash(_)) => {
+                        let _ = std::fs::remove_file(dir.join("nodes.conf"));
+                    }
+                    Err(NodeError::Other(e)) => return Err(e),
+                }
+            }
+            let (port, proc) = started.ok_or_else(|| anyhow!("owned cluster node {i} did not start"))?;
+            ports.push(port);
+            procs.push(Some(proc));
+            dirs.push(dir);
+        }
+        form_cluster(&ports)?;
+        Ok(OwnedCluster { ports, bin, dirs, procs })
+    }
+
+    /// `redis://127.0.0.1:PORT` for each node.
+    pub fn urls(&self) -> Vec<String> {
+        self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
+    }
+
+    /// Kill master `i` (SIGKILL).
+    pub fn stop_node(&mut self, i: usize) {
+        if let Some(mut p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    /// Start master `i` again (same port, data and node id); returns when every node reports
+    /// `cluster_state:ok` again.
+    pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.procs[i].is_none() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match start_node_with(&self.bin, &self.dirs[i], self.ports[i], true, true) {
+                    Ok(p) => {
+                        self.procs[i] = Some(p);
+                        break;
+                    }
+                    Err(NodeError::PortClash(_)) if Instant::now() < deadline => thread::sleep(Duration::from_millis(200)),
+                    Err(NodeError::PortClash(e)) | Err(NodeError::Other(e)) => return Err(e),
+                }
+            }
+        }
+        wait_cluster_ok(&self.ports)
+    }
+}
+
 fn start_cluster() -> anyhow::Result<RedisCluster> {
     let bin = server_bin()?;
-    let cli = cli_bin()?;
     let mut ports = Vec::new();
     let mut procs = Vec::new();
     for i in 0..3 {
@@ -145,9 +313,16 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
         ports.push(port);
         procs.push(proc);
     }
+    form_cluster(&ports)?;
+    Ok(RedisCluster { ports, _procs: Mutex::new(procs) })
+}
+
+/// `redis-cli --cluster create` over `ports` (no replicas), then wait for `cluster_state:ok`.
+fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
+    let cli = cli_bin()?;
     let mut cmd = Command::new(&cli);
     cmd.arg("--cluster").arg("create");
-    for p in &ports {
+    for p in ports {
         cmd.arg(format!("127.0.0.1:{p}"));
     }
     let out = cmd
@@ -162,10 +337,15 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    wait_cluster_ok(ports)
+}
+
+
+fn wait_cluster_ok(ports: &[u16]) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
         let mut not_ready = Vec::new();
-        for &p in &ports {
+        for &p in ports {
             let info = redis_cmd(p, "CLUSTER INFO").unwrap_or_default();
             let ok = info.contains("cluster_state:ok")
                 && info.contains("cluster_slots_assigned:16384")
@@ -182,5 +362,5 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
         }
         thread::sleep(Duration::from_millis(50));
     }
-    Ok(RedisCluster { ports, _procs: Mutex::new(procs) })
+    Ok(())
 }

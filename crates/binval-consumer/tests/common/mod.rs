@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests: topics, a producer, events, Redis writes in the
-//! writer's order, waiting for eviction notices.
+//! writer's order and record format (binval_protocol::fence scripts), waiting for eviction
+//! notices.
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -105,7 +106,61 @@ pub async fn wait_notice(
     }
 }
 
-/// Write like binval does on standalone Redis: all replicas, then the version token.
+/// Write like binval does, in its fenced record format: every replica `K:rN` through
+/// [`binval_protocol::fence::replica_write_script`] (a hash: `d` payload, `p` position, `f`
+/// fencing token), then the version token through `version_bump_script`. Works on a
+/// standalone connection and on a Cluster connection (each script touches one key). A write
+/// older than what a replica holds is a no-op, as in binval.
+pub async fn write_fenced<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+    replicas: u32,
+    payload: &str,
+    version: u64,
+) -> anyhow::Result<()> {
+    write_record(conn, key, 0..replicas, "set", payload, version).await
+}
+
+/// Write a tombstone (row deleted) to every replica, then bump the version token.
+pub async fn write_tombstone<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+    replicas: u32,
+    version: u64,
+) -> anyhow::Result<()> {
+    write_record(conn, key, 0..replicas, "del", "", version).await
+}
+
+/// Write the given replicas only (the others stay as they are), then the version token.
+pub async fn write_record<C: redis::aio::ConnectionLike + Send>(
+    conn: &mut C,
+    key: &str,
+    replicas: impl IntoIterator<Item = u32>,
+    kind: &str,
+    payload: &str,
+    version: u64,
+) -> anyhow::Result<()> {
+    let replica_script = redis::Script::new(&binval_protocol::fence::replica_write_script());
+    let version_script = redis::Script::new(&binval_protocol::fence::version_bump_script());
+    for i in replicas {
+        let r: i64 = replica_script
+            .key(binval_protocol::replica_key(key, i))
+            .arg(version)
+            .arg(1) // fencing token
+            .arg(kind)
+            .arg(payload)
+            .arg(60_000) // tombstone TTL, ms
+            .invoke_async(conn)
+            .await?;
+        if r < 0 {
+            bail!("replica write of {key} r{i} refused by the fencing token");
+        }
+    }
+    let _: i64 = version_script.key(binval_protocol::version_key(key)).arg(version).invoke_async(conn).await?;
+    Ok(())
+}
+
+/// [`write_fenced`] on the shared standalone Redis connection (the name the tests grew up with).
 pub async fn write_standalone(
     conn: &mut redis::aio::MultiplexedConnection,
     key: &str,
@@ -113,14 +168,7 @@ pub async fn write_standalone(
     payload: &str,
     version: u64,
 ) -> anyhow::Result<()> {
-    let mut p = redis::pipe();
-    p.atomic();
-    for i in 0..replicas {
-        p.set(binval_protocol::replica_key(key, i), payload).ignore();
-    }
-    p.set(binval_protocol::version_key(key), version).ignore();
-    p.query_async::<()>(conn).await?;
-    Ok(())
+    write_fenced(conn, key, replicas, payload, version).await
 }
 
 pub async fn redis_conn() -> anyhow::Result<redis::aio::MultiplexedConnection> {

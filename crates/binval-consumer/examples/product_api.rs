@@ -1,0 +1,173 @@
+//! `product_api`: a small HTTP service (axum) that serves product details through
+//! `binval-consumer` — local cache in front of binval's suffix replicas, kept in step by the
+//! invalidation topic. Used by the demo and as a template for an app instance.
+//!
+//! Routes:
+//! - `GET /products/{id}` — the product's payload JSON (as binval wrote it from the row), read
+//!   through the consumer under the logical key `{BINVAL_KEY_PREFIX}{id}`. 404 when the row
+//!   does not exist, 503 when the miss rate limit refused the read (`Overloaded`), 502 for a
+//!   Redis / decode error, 504 for a timeout.
+//! - `GET /stats` — the consumer's counters, whether it serves locally, local entries/bytes.
+//! - `GET /hot` — this instance's top hot keys with their read rates.
+//! - `GET /metrics` — every `binval_consumer_*` metric, Prometheus text format.
+//!
+//! Configuration (environment variables; required ones have no default):
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `BINVAL_REDIS_URLS` | required | comma-separated Redis URLs; several = a Cluster |
+//! | `BINVAL_REDIS_CLUSTER` | `false` | `true`: treat a single URL as a Cluster seed |
+//! | `BINVAL_BROKERS` | required | Kafka bootstrap servers |
+//! | `BINVAL_TOPIC` | `binval.invalidations` | invalidation topic |
+//! | `BINVAL_KEY_PREFIX` | `item:detail:` | logical key = prefix + id (binval's key template) |
+//! | `BINVAL_REPLICAS` | `8` | suffix replica count N of those keys |
+//! | `BINVAL_CACHE_MODE` | `all` | `all`, `hot`, or `prefix:<p1>,<p2>` |
+//! | `BINVAL_HOT_THRESHOLD` | `1000` | reads/s at which a key is hot |
+//! | `BINVAL_TTL_MS` | `60000` | safety-net TTL of a local entry |
+//! | `BINVAL_MAX_BYTES` | `67108864` | local cache bound, bytes (plus 100 000 entries) |
+//! | `BINVAL_MAX_FILLS_PER_KEY_PER_SEC` | `0` (off) | per-key miss rate limit |
+//! | `LISTEN_ADDR` | `127.0.0.1:8080` | HTTP listen address |
+//!
+//! Run: `BINVAL_REDIS_URLS=redis://127.0.0.1:6379 BINVAL_BROKERS=127.0.0.1:9092 cargo run -p
+//! binval-consumer --example product_api`, then `curl localhost:8080/products/6666`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use binval_consumer::{CacheMode, Consumer, ConsumerError};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+#[derive(Clone)]
+struct App {
+    consumer: Consumer,
+    key_prefix: String,
+    metrics: PrometheusHandle,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    match env(name) {
+        None => Ok(default),
+        Some(v) => v.trim().parse().map_err(|e| anyhow::anyhow!("{name}={v:?}: {e}")),
+    }
+}
+
+fn cache_mode(spec: &str) -> anyhow::Result<CacheMode> {
+    Ok(match spec.trim() {
+        "all" => CacheMode::All,
+        "hot" => CacheMode::HotOnly,
+        s if s.starts_with("prefix:") => {
+            CacheMode::Prefixes(s["prefix:".len()..].split(',').map(|p| p.trim().to_string()).collect())
+        }
+        other => bail!("BINVAL_CACHE_MODE={other:?}: expected all, hot or prefix:<p1>,<p2>"),
+    })
+}
+
+async fn build_consumer(key_prefix: &str) -> anyhow::Result<Consumer> {
+    let urls: Vec<String> = env("BINVAL_REDIS_URLS")
+        .context("BINVAL_REDIS_URLS is required (comma-separated Redis URLs)")?
+        .split(',')
+        .map(|u| u.trim().to_string())
+        .collect();
+    let brokers = env("BINVAL_BROKERS").context("BINVAL_BROKERS is required (Kafka bootstrap servers)")?;
+    let mut b = Consumer::builder()
+        .brokers(brokers)
+        .topic(env("BINVAL_TOPIC").unwrap_or_else(|| "binval.invalidations".into()))
+        .replicas_for_prefix(key_prefix, env_or("BINVAL_REPLICAS", 8u32)?)
+        .cache_mode(cache_mode(&env("BINVAL_CACHE_MODE").unwrap_or_else(|| "all".into()))?)
+        .hot_key_threshold(env_or("BINVAL_HOT_THRESHOLD", 1000.0f64)?)
+        .ttl(Duration::from_millis(env_or("BINVAL_TTL_MS", 60_000u64)?))
+        .ttl_jitter(0.1)
+        .max_entries(100_000)
+        .max_bytes(env_or("BINVAL_MAX_BYTES", 64u64 << 20)?)
+        .max_fills_per_key_per_sec(env_or("BINVAL_MAX_FILLS_PER_KEY_PER_SEC", 0u32)?);
+    b = if urls.len() > 1 || env_or("BINVAL_REDIS_CLUSTER", false)? {
+        b.redis_cluster(urls)
+    } else {
+        b.redis_standalone(&urls[0])
+    };
+    Ok(b.build().await?)
+}
+
+/// `GET /products/{id}`: the payload JSON text, served as is.
+async fn product(State(app): State<App>, Path(id): Path<u64>) -> Response {
+    let key = format!("{}{id}", app.key_prefix);
+    match app.consumer.get_shared(&key).await {
+        Ok(Some(json)) => ([(header::CONTENT_TYPE, "application/json")], json.to_string()).into_response(),
+        Ok(None) => (StatusCode::NOT_FOUND, Json(serde_json::json!({ "error": "no such product", "key": key }))).into_response(),
+        Err(e) => {
+            let status = match &e {
+                ConsumerError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                ConsumerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+                _ => StatusCode::BAD_GATEWAY,
+            };
+            (status, Json(serde_json::json!({ "error": e.to_string(), "key": key }))).into_response()
+        }
+    }
+}
+
+/// `GET /stats`: counters and cache state.
+async fn stats(State(app): State<App>) -> Json<serde_json::Value> {
+    let c = &app.consumer;
+    Json(serde_json::json!({
+        "stats": c.stats(),
+        "serving_local": c.is_serving_local(),
+        "local_entries": c.local_entries(),
+        "local_bytes": c.local_weighted_size(),
+        "topic": c.topic(),
+        "group_id": c.group_id(),
+    }))
+}
+
+/// `GET /hot`: the top hot keys of this instance.
+async fn hot(State(app): State<App>) -> Json<Vec<binval_consumer::HotKey>> {
+    Json(app.consumer.hot_keys())
+}
+
+/// `GET /metrics`: Prometheus text format.
+async fn metrics_text(State(app): State<App>) -> String {
+    app.metrics.render()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let prometheus = PrometheusBuilder::new().install_recorder().context("install the Prometheus recorder")?;
+    let key_prefix = env("BINVAL_KEY_PREFIX").unwrap_or_else(|| "item:detail:".into());
+    let consumer = build_consumer(&key_prefix).await?;
+    let listen = env("LISTEN_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into());
+    let app = App { consumer: consumer.clone(), key_prefix, metrics: prometheus };
+    let router = Router::new()
+        .route("/products/{id}", get(product))
+        .route("/stats", get(stats))
+        .route("/hot", get(hot))
+        .route("/metrics", get(metrics_text))
+        .with_state(app);
+    let listener = tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("bind {listen}"))?;
+    tracing::info!(%listen, topic = consumer.topic(), "product_api listening");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            // Ctrl-C, or SIGTERM from a container runtime.
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+            }
+        })
+        .await?;
+    consumer.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+//! High availability: one active `binval run` per source, chosen by a lease in Redis, with a
+//! fencing token that every write carries.
+//!
+//! # Why a fencing token and not just a lease
+//!
+//! A lease alone cannot stop a paused process (GC-free Rust still meets stopped VMs, SIGSTOP,
+//! long network partitions) from waking up after its lease expired and writing as if it were
+//! still active. So each acquisition takes a new, larger **fencing token** (`INCR` of
+//! `binval:{<name>}:fence`) and every write carries it:
+//!
+//! Tokens are `max(previous token + 1, Redis server time in ms)`: they grow with every tenure,
+//! and still grow if the counter key itself is lost (a Redis data loss must not leave every
+//! new leader with a token smaller than the ones stored in the replicas, refused forever).
+//!
+//! * each replica record stores the token of its writer (`f`), and the replica script refuses a
+//!   write whose token is older than the stored one — once the new leader has written a key,
+//!   the old one can no longer touch it (it gets `-1` and stops with [`TransientError::LeaseLost`]);
+//! * the checkpoint is saved by a script that compares the token with the current value of the
+//!   fence counter (same hash slot through the `{<name>}` hash tag), so a stale leader can never
+//!   move the shared checkpoint.
+//!
+//! Writes a stale leader still makes to keys the new leader has not touched yet are real,
+//! committed changes in source order, and version fencing refuses anything older than what a
+//! key holds; they cannot move a cache backwards.
+//!
+//! # Keys
+//!
+//! * `binval:{<name>}:lease` = `"<holder> <token>"`, with a TTL of `source.lease_ms`;
+//! * `binval:{<name>}:fence` = the last token handed out (only grows);
+//! * `binval:{<name>}:checkpoint` (see [`crate::checkpoint`]).
+//!
+//! The active instance renews every third of `lease_ms`; a standby polls at the same rate and
+//! takes over at most `lease_ms` + one poll after the active one stopped renewing.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::error::{Error, TransientError};
+use crate::redis_sink::RedisConn;
+
+const ACQUIRE: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local holder, tok = string.match(cur, '^(%S+) (%d+)$')
+  if holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return {tok, holder, redis.call('PTTL', KEYS[1])}
+  end
+  return {'0', holder or cur, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local prev = tonumber(redis.call('GET', KEYS[2]) or '0')
+local tok = string.format('%d', math.max(prev + 1, now))
+redis.call('SET', KEYS[2], tok)
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. tok, 'PX', ARGV[2])
+return {tok, ARGV[1], tonumber(ARGV[2])}
+"#;
+
+const RENEW: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#;
+
+const RELEASE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#;
+
+/// Key of the lease of source `name`.
+pub fn lease_key(name: &str) -> String {
+    format!("binval:{{{name}}}:lease")
+}
+
+/// Key of the fencing token counter of source `name`.
+pub fn fence_key(name: &str) -> String {
+    format!("binval:{{{name}}}:fence")
+}
+
+/// A held lease: the fencing token to put on every write.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// Source name.
+    pub name: String,
+    /// This instance's holder id (`host-pid-random`).
+    pub holder: String,
+    /// The fencing token of this tenure; larger than every earlier one.
+    pub token: u64,
+    /// Lease length, ms.
+    pub lease_ms: u64,
+}
+
+/// A unique holder id for this process.
+pub fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    format!("{host}-{}-{:08x}", std::process::id(), rand::random::<u32>())
+}
+
+impl Lease {
+    /// Try once. `Ok(Err((holder, ttl_ms)))` when another instance holds it.
+    pub async fn try_acquire(conn: &RedisConn, name: &str, holder: &str, lease_ms: u64) -> Result<Result<Lease, (String, i64)>, Error> {
+        let mut c = conn.clone();
+        let (tok, who, ttl): (String, String, i64) = c
+            .eval(ACQUIRE, &[lease_key(name), fence_key(name)], &[holder.to_string(), lease_ms.to_string()])
+            .await
+            .map_err(|e| TransientError::Redis(format!("lease {}: {e}", lease_key(name))))?;
+        let token: u64 = tok.parse().unwrap_or(0);
+        if token == 0 {
+            return Ok(Err((who, ttl)));
+        }
+        Ok(Ok(Lease { name: name.into(), holder: holder.into(), token, lease_ms }))
+    }
+
+    /// Wait as standby until the lease is ours, or `shutdown` (then `None`).
+    pub async fn acquire(conn: &RedisConn, name: &str, holder: &str, lease_ms: u64, shutdown: &mut watch::Receiver<bool>) -> Result<Option<Lease>, Error> {
+        let mut logged = false;
+        loop {
+            match Self::try_acquire(conn, name, holder, lease_ms).await? {
+                Ok(l) => {
+                    tracing::info!(source = name, token = l.token, holder, "lease acquired: this instance is active");
+                    return Ok(Some(l));
+                }
+                Err((other, ttl)) => {
+                    if !logged {
+                        tracing::info!(source = name, active = %other, lease_ttl_ms = ttl, "another instance is active; waiting as standby");
+                        logged = true;
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(lease_ms / 3)) => {}
+                _ = shutdown.wait_for(|v| *v) => return Ok(None),
+            }
+        }
+    }
+
+    fn value(&self) -> String {
+        format!("{} {}", self.holder, self.token)
+    }
+
+    /// Renew once; `Ok(false)` when the lease is no longer ours.
+    pub async fn renew(&self, conn: &RedisConn) -> Result<bool, Error> {
+        let mut c = conn.clone();
+        let n: i64 = c
+            .eval(RENEW, &[lease_key(&self.name)], &[self.value(), self.lease_ms.to_string()])
+            .await
+            .map_err(|e| TransientError::Redis(format!("lease renew: {e}")))?;
+        Ok(n == 1)
+    }
+
+    /// Give the lease up (clean shutdown), so a standby takes over at once.
+    pub async fn release(&self, conn: &RedisConn) {
+        let mut c = conn.clone();
+        if let Err(e) = c.eval::<i64>(RELEASE, &[lease_key(&self.name)], &[self.value()]).await {
+            tracing::warn!(error = %e, "lease release failed; a standby takes over when it expires");
+        }
+    }
+
+    /// Renew every third of the lease until `stop`; returns the error that ended the tenure
+    /// (lost to another instance, or not renewed for a whole lease period).
+    pub async fn keep(&self, conn: RedisConn, mut stop: watch::Receiver<bool>) -> Result<(), Error> {
+        let period = Duration::from_millis(self.lease_ms / 3);
+        let mut last_ok = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stop.wait_for(|v| *v) => return Ok(()),
+            }
+            match self.renew(&conn).await {
+                Ok(true) => last_ok = tokio::time::Instant::now(),
+                Ok(false) => {
+                    return Err(TransientError::LeaseLost { source_name: self.name.clone(), message: "another instance holds it now".into() }.into())
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "lease renewal failed");
+                    if last_ok.elapsed() >= Duration::from_millis(self.lease_ms) {
+                        return Err(TransientError::LeaseLost {
+                            source_name: self.name.clone(),
+                            message: format!("not renewed for {} ms ({e})", self.lease_ms),
+                        }
+                        .into());
+                    }
+                }
+            }
+        }
+    }
+}

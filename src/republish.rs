@@ -1,0 +1,194 @@
+//! `binval republish`: publish the invalidation events of a past time range again, so app
+//! instances that missed them (partitioned from the broker, restarted from the newest offset,
+//! a consumer bug) apply them now.
+//!
+//! # Why this is safe
+//!
+//! The evict rule makes applying an event idempotent: an event with version `v` evicts only
+//! entries cached at a lower version, and every version is the source position of a change
+//! (see `binval_protocol::fence`). Re-published events therefore evict exactly the entries that
+//! are older than the change they describe, and nothing else, however often they arrive. They
+//! carry a `binval.republished: 1` Kafka header and the original payload (version, commit time,
+//! position), so the consumers' invalidation-lag metrics show them as old events.
+//!
+//! The range is given by time (Kafka message timestamps, resolved per partition with
+//! `offsets_for_times`) or by explicit `partition:offset` starts; it ends at `--to` (time) or at
+//! each partition's end offset when the command started. Nothing in Redis changes; the
+//! checkpoint is not touched.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use serde::Serialize;
+
+use crate::config::{Config, ConfigError};
+use crate::error::{DefiniteError, Error, TransientError};
+use crate::kafka_sink::KafkaSink;
+
+/// Where re-publishing starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepublishFrom {
+    /// Kafka message time, Unix ms.
+    Time(u64),
+    /// Explicit start offset per partition.
+    Offsets(Vec<(i32, i64)>),
+}
+
+impl RepublishFrom {
+    /// Parse a UTC date-time (`2026-11-30 12:00:00`) or `P:O[,P:O...]` partition offsets.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if let Ok(t) = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')) {
+            let ms = t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_millis() as u64;
+            return Ok(RepublishFrom::Time(ms));
+        }
+        let mut v = Vec::new();
+        for part in s.split(',') {
+            let (p, o) = part.split_once(':').ok_or_else(|| format!("--from `{s}`: expected a UTC date-time or PARTITION:OFFSET[,...]"))?;
+            let p: i32 = p.trim().parse().map_err(|_| format!("--from `{s}`: bad partition `{p}`"))?;
+            let o: i64 = o.trim().parse().map_err(|_| format!("--from `{s}`: bad offset `{o}`"))?;
+            v.push((p, o));
+        }
+        Ok(RepublishFrom::Offsets(v))
+    }
+}
+
+/// Totals, printed as one JSON line.
+#[derive(Debug, Default, Serialize, Clone, PartialEq, Eq)]
+pub struct RepublishSummary {
+    /// Events read in the range.
+    pub read: u64,
+    /// Events published again (0 in a dry run).
+    pub republished: u64,
+    /// Messages skipped because they are not invalidation events (reported, never re-sent).
+    pub skipped: u64,
+    /// Whether nothing was published.
+    pub dry_run: bool,
+}
+
+/// Re-publish the events of the configured topic from `from` until `to_ms` (message time,
+/// inclusive) or the end offsets at start. Errors: a bad partition (definite), broker
+/// unreachable (transient).
+pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run: bool) -> Result<RepublishSummary, Error> {
+    let topic = cfg.kafka.topic.clone();
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &cfg.kafka.brokers)
+        .set("group.id", format!("binval-republish-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10");
+    let consumer: BaseConsumer = cc.create().map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?;
+    let sink = if dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
+    let from = from.clone();
+    let (summary, deliveries) = tokio::task::block_in_place(|| -> Result<(RepublishSummary, Vec<_>), Error> {
+        let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
+        let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+        if partitions.is_empty() {
+            return Err(DefiniteError::Config(ConfigError::Invalid { path: String::new(), field: "kafka.topic".into(), reason: format!("topic {topic} has no partitions (does it exist?)") }).into());
+        }
+        let mut ends = std::collections::BTreeMap::new();
+        for &p in &partitions {
+            let (_, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?;
+            ends.insert(p, high);
+        }
+        let mut tpl = TopicPartitionList::new();
+        match &from {
+            RepublishFrom::Time(ms) => {
+                let mut q = TopicPartitionList::new();
+                for &p in &partitions {
+                    q.add_partition_offset(&topic, p, Offset::Offset(*ms as i64)).expect("valid partition");
+                }
+                // offsets_for_times (Kafka ListOffsets by timestamp) where the broker answers it;
+                // otherwise (some Kafka-protocol brokers do not) start at the low watermark. The
+                // message-time filter below makes both exact.
+                let found = consumer.offsets_for_times(q, Duration::from_secs(10)).ok();
+                for &p in &partitions {
+                    let by_time = found.as_ref().and_then(|f| f.find_partition(&topic, p)).and_then(|e| match e.offset() {
+                        Offset::Offset(o) if o >= 0 => Some(o),
+                        _ => None,
+                    });
+                    let start = match by_time {
+                        Some(o) => o,
+                        None => consumer.fetch_watermarks(&topic, p, Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?.0,
+                    };
+                    tracing::debug!(partition = p, ?by_time, start, end = ends[&p], "republish start offset");
+                    tpl.add_partition_offset(&topic, p, Offset::Offset(start)).expect("valid partition");
+                }
+            }
+            RepublishFrom::Offsets(v) => {
+                for (p, o) in v {
+                    if !partitions.contains(p) {
+                        return Err(DefiniteError::Config(ConfigError::Invalid { path: String::new(), field: "--from".into(), reason: format!("topic {topic} has no partition {p} (partitions: {partitions:?})") }).into());
+                    }
+                    tpl.add_partition_offset(&topic, *p, Offset::Offset(*o)).expect("valid partition");
+                }
+            }
+        }
+        // Read each partition up to its end offset at start. Brokers that report no usable
+        // high watermark (some Kafka-protocol implementations answer 0) are read until they
+        // stay quiet for IDLE instead.
+        const IDLE: Duration = Duration::from_millis(1500);
+        let mut remaining: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
+        let mut by_idle = false;
+        for e in tpl.elements() {
+            if let Offset::Offset(o) = e.offset() {
+                let end = ends[&e.partition()];
+                if end > o {
+                    remaining.insert(e.partition(), end);
+                } else if end == 0 {
+                    by_idle = true;
+                }
+            }
+        }
+        let mut last_msg = std::time::Instant::now();
+        consumer.assign(&tpl).map_err(|e| TransientError::Kafka(format!("assign: {e}")))?;
+        let mut summary = RepublishSummary { dry_run, ..Default::default() };
+        let mut to_send: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && std::time::Instant::now() < deadline {
+            let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
+            last_msg = std::time::Instant::now();
+            let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
+            let (p, o) = (m.partition(), m.offset());
+            if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
+                remaining.remove(&p);
+            }
+            let ts = m.timestamp().to_millis().map(|t| t.max(0) as u64);
+            if let (Some(to), Some(ts)) = (to_ms, ts) {
+                if ts > to {
+                    remaining.remove(&p);
+                    continue;
+                }
+            }
+            if let (RepublishFrom::Time(from_ms), Some(ts)) = (&from, ts) {
+                if ts < *from_ms {
+                    continue;
+                }
+            }
+            let payload = m.payload().unwrap_or_default();
+            if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
+                tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
+                summary.skipped += 1;
+                continue;
+            }
+            summary.read += 1;
+            to_send.push((m.key().unwrap_or_default().to_vec(), payload.to_vec()));
+        }
+        Ok((summary, to_send))
+    })?;
+    let mut summary = summary;
+    if let Some(sink) = sink {
+        let mut futs = Vec::with_capacity(deliveries.len());
+        for (k, v) in &deliveries {
+            futs.push(sink.enqueue_raw(k, v).await?);
+        }
+        for f in futs {
+            match f.await {
+                Ok(Ok(_)) => summary.republished += 1,
+                Ok(Err((e, _))) => return Err(TransientError::Kafka(format!("republish: {e}")).into()),
+                Err(_) => return Err(TransientError::Kafka("republish cancelled".into()).into()),
+            }
+        }
+    }
+    Ok(summary)
+}

@@ -1,0 +1,423 @@
+//! Delivery guarantees on real services (invariants I1, I2, I3 of design.md): version-fenced
+//! writes, kill -9 at crash points while a writer runs, and a standby taking over from a killed
+//! active instance.
+//!
+//! `BINVAL_KILL_POINTS` sets how many kill -9 rounds the harness runs (default 20; use 100+
+//! for a soak).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use binval::mapping::KeyChange;
+use binval::redis_sink::{Applied, RedisConn, WriteCtx};
+use binval_protocol::{FencePosition, Op};
+use common::*;
+use rand::{Rng, SeedableRng};
+
+fn block<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+async fn fenced_writes(kind: RedisKind) {
+    let env = Env::new("fence", kind);
+    let cfg = env.config("current", "");
+    let conn = RedisConn::connect(&cfg.redis).await.unwrap();
+    let key = format!("{}:k", env.prefix);
+    let ch = |payload: Option<&str>, op: Op| KeyChange {
+        key: key.clone(),
+        op,
+        table: Arc::from("db.t"),
+        payload: payload.map(String::from),
+        replicas: 3,
+        ttl_secs: 0,
+    };
+    let w = |pos: u64, token: u64| WriteCtx { position: FencePosition(pos), token, tombstone_ttl_ms: 60_000 };
+    let apply = |c: KeyChange, w: WriteCtx| {
+        let conn = conn.clone();
+        async move { conn.apply_all(std::slice::from_ref(&c), &w).await.map(|v| v[0]) }
+    };
+    let mut r = env.redis_client();
+    let state = |r: &mut RedisClient| -> (u64, Vec<Record>) {
+        (r.version(&key), (0..3).map(|i| r.record(&key, i)).collect())
+    };
+
+    let a = apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap();
+    assert_eq!(a, Applied { version: 10, replicas_written: 3, version_moved: true, skipped_newer: false });
+    let after_10 = block(|| state(&mut r));
+    assert_eq!(after_10, (10, vec![(Some("v10".into()), Some(10), false); 3]));
+
+    // An older change and a duplicate of the applied one change nothing.
+    assert_eq!(apply(ch(Some("v5"), Op::Update), w(5, 1)).await.unwrap(), Applied { version: 5, replicas_written: 0, version_moved: false, skipped_newer: true });
+    assert_eq!(apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap(), Applied { version: 10, replicas_written: 0, version_moved: false, skipped_newer: false });
+    assert_eq!(block(|| state(&mut r)), after_10, "re-applying old changes leaves every replica and the token as new as before");
+
+    // A delete leaves tombstones with a TTL; a late, older write cannot resurrect the row.
+    apply(ch(None, Op::Delete), w(20, 1)).await.unwrap();
+    assert_eq!(block(|| state(&mut r)), (20, vec![(None, Some(20), true); 3]));
+    let ttl: i64 = block(|| r.cmd(redis::cmd("PTTL").arg(format!("{key}:r2"))));
+    assert!(ttl > 0 && ttl <= 60_000, "tombstone TTL {ttl}");
+    assert_eq!(apply(ch(Some("late"), Op::Update), w(15, 1)).await.unwrap().replicas_written, 0);
+    assert_eq!(block(|| state(&mut r)), (20, vec![(None, Some(20), true); 3]), "tombstone refused the older write");
+
+    // A newer write replaces the tombstone and clears its TTL.
+    apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap();
+    let ttl: i64 = block(|| r.cmd(redis::cmd("PTTL").arg(format!("{key}:r2"))));
+    assert_eq!(ttl, -1, "a live record has no TTL (mapping ttl_secs = 0)");
+
+    // One replica lost (e.g. a master's data): re-applying an older change does not fill it
+    // with an older value (the token is newer: the key is skipped) ...
+    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(format!("{key}:r1"))));
+    assert!(apply(ch(Some("v20"), Op::Update), w(25, 1)).await.unwrap().skipped_newer);
+    assert_eq!(block(|| r.record(&key, 1)), (None, None, false));
+    // ... and re-applying the newest change restores it without moving the token.
+    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(format!("{key}:r1"))));
+    assert_eq!(apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap(), Applied { version: 30, replicas_written: 1, version_moved: false, skipped_newer: false });
+    assert_eq!(block(|| state(&mut r)), (30, vec![(Some("v30".into()), Some(30), false); 3]));
+
+    // A writer with an older fencing token than the one that wrote the key is refused.
+    apply(ch(Some("v40"), Op::Update), w(40, 2)).await.unwrap();
+    let e = apply(ch(Some("stale"), Op::Update), w(50, 1)).await.unwrap_err();
+    assert!(e.to_string().contains("fencing token"), "{e}");
+    assert!(e.is_transient(), "a lost lease sends the instance back to standby");
+    assert_eq!(block(|| r.replica(&key, 0)).as_deref(), Some("v40"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_standalone() {
+    fenced_writes(RedisKind::Standalone).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_cluster() {
+    fenced_writes(RedisKind::Cluster).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// kill -9 harness
+
+const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n";
+const IDS: u32 = 12;
+
+/// What the writer did: the final row per id and every change as (id, GTID sequence number).
+#[derive(Default)]
+struct Written {
+    rows: BTreeMap<u32, Option<i64>>,
+    last_seq: BTreeMap<u32, u64>,
+    changes: Vec<(u32, u64)>,
+}
+
+/// Writes random single-statement transactions until `stop`, recording each one's GTID.
+fn writer(db: String, stop: Arc<AtomicBool>, seed: u64) -> std::thread::JoinHandle<Written> {
+    std::thread::spawn(move || {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut w = Written::default();
+        let mut n: i64 = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let id = rng.random_range(1..=IDS);
+            n += 1;
+            let exists = matches!(w.rows.get(&id), Some(Some(_)));
+            let (sql, after) = if !exists {
+                (format!("INSERT INTO `{db}`.items VALUES ({id}, {n})"), Some(n))
+            } else if rng.random_bool(0.75) {
+                (format!("UPDATE `{db}`.items SET v = {n} WHERE id = {id}"), Some(n))
+            } else {
+                (format!("DELETE FROM `{db}`.items WHERE id = {id}"), None)
+            };
+            let out = tk::mariadb().sql(&format!("{sql}; SELECT @@last_gtid")).expect("writer statement");
+            let seq: u64 = out.trim().rsplit('-').next().unwrap().parse().unwrap();
+            w.rows.insert(id, after);
+            w.last_seq.insert(id, seq);
+            w.changes.push((id, seq));
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..15)));
+        }
+        w
+    })
+}
+
+fn binval_child(cfg: &std::path::Path, kill_at: Option<&str>, log: &std::path::Path) -> Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_binval"));
+    c.arg("run").arg("--config").arg(cfg).env("RUST_LOG", "binval=info").stdout(Stdio::null());
+    c.stderr(std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap());
+    if let Some(k) = kill_at {
+        c.env("BINVAL_KILL_AT", k);
+    }
+    c.spawn().unwrap()
+}
+
+fn signal(child: &Child, sig: i32) {
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Samples r0's fence position of every key and records any step backwards (I2).
+fn regression_sampler(prefix: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, Vec<String>)> {
+    std::thread::spawn(move || {
+        let mut c = redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap();
+        let mut seen: HashMap<(u32, u32), u64> = HashMap::new();
+        let (mut samples, mut bad) = (0u64, Vec::new());
+        while !stop.load(Ordering::Relaxed) {
+            for id in 1..=IDS {
+                for r in 0..3 {
+                    let p: Option<u64> = redis::cmd("HGET").arg(format!("{prefix}:item:{id}:r{r}")).arg("p").query(&mut c).unwrap_or(None);
+                    if let Some(p) = p {
+                        let prev = seen.entry((id, r)).or_insert(0);
+                        if p < *prev {
+                            bad.push(format!("item {id} r{r}: position {prev} -> {p}"));
+                        }
+                        *prev = p.max(*prev);
+                        samples += 1;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        (samples, bad)
+    })
+}
+
+/// Check the final state in Redis and Kafka against what the writer did.
+fn check_final_state(env: &Env, w: &Written) {
+    let mut r = env.redis_client();
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    for (&id, seq) in &w.last_seq {
+        assert_eq!(r.wait_version(&k(id), *seq), *seq, "item {id}: version token = position of its last change");
+    }
+    for (&id, row) in &w.rows {
+        for i in 0..3 {
+            let (d, p, tomb) = r.record(&k(id), i);
+            assert_eq!(p, Some(w.last_seq[&id]), "item {id} r{i}: replica written by the last change");
+            match row {
+                Some(v) => {
+                    let d: serde_json::Value = serde_json::from_str(&d.unwrap_or_else(|| panic!("item {id} r{i} has no payload"))).unwrap();
+                    assert_eq!(d, serde_json::json!({"id": id, "v": v}), "item {id} r{i}");
+                }
+                None => assert!(tomb && d.is_none(), "item {id} r{i}: deleted row is a tombstone"),
+            }
+        }
+    }
+    // Every change has an event (duplicates allowed).
+    let want: HashSet<(String, u64)> = w.changes.iter().map(|(id, s)| (k(*id), *s)).collect();
+    let got = events_until(&env.topic, &want);
+    let missing: Vec<_> = want.difference(&got).collect();
+    assert!(missing.is_empty(), "{} of {} changes have no event: {missing:?}", missing.len(), want.len());
+}
+
+/// Read the topic from the beginning until every wanted (key, version) was seen or 30 s pass.
+fn events_until(topic: &str, want: &HashSet<(String, u64)>) -> HashSet<(String, u64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::Message;
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", tk::broker().bootstrap())
+        .set("group.id", tk::unique_name("check"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut got = HashSet::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !want.is_subset(&got) && Instant::now() < until {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            let ev = binval_protocol::InvalidationEvent::from_json(m.payload().unwrap()).unwrap();
+            got.insert((ev.key, ev.version));
+        }
+    }
+    got
+}
+
+fn write_config(env: &Env, start: &str, lease_ms: u64) -> std::path::PathBuf {
+    let text = env
+        .config_toml(start, MAPPING)
+        .replace("reconnect_max_ms = 2000", &format!("reconnect_max_ms = 2000\nlease_ms = {lease_ms}"));
+    let dir = tk::state_root().join("configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{}.toml", env.prefix));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn kill_9_at_crash_points_loses_nothing_and_never_regresses() {
+    let rounds: usize = std::env::var("BINVAL_KILL_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let env = Env::new("kill9", RedisKind::Cluster);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
+    let start = rt.block_on(env.binlog_now());
+    let cfg = write_config(&env, &start, 600);
+    let log = tk::state_root().join(format!("{}.log", env.prefix));
+    let seed: u64 = std::env::var("BINVAL_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
+    println!("kill -9 harness: {rounds} rounds, seed {seed} (BINVAL_KILL_SEED), log {}", log.display());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = regression_sampler(env.prefix.clone(), stop.clone());
+    let writer = writer(env.db.clone(), stop.clone(), seed);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x9e37);
+    let mut fired: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut external = 0;
+    for _ in 0..rounds {
+        let point = binval::failpoint::POINTS[rng.random_range(0..binval::failpoint::POINTS.len())];
+        let n = rng.random_range(1..=6);
+        let mut child = binval_child(&cfg, Some(&format!("{point}:{n}")), &log);
+        match wait_exit(&mut child, Duration::from_secs(6)) {
+            Some(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                assert_eq!(s.signal(), Some(libc::SIGKILL), "binval exited by itself ({s}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+                *fired.entry(point).or_default() += 1;
+            }
+            None => {
+                // The point was not reached in time: kill -9 from outside, at a random moment.
+                signal(&child, libc::SIGKILL);
+                child.wait().unwrap();
+                external += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    // A clean run catches up with everything since the last checkpoint.
+    let mut child = binval_child(&cfg, None, &log);
+    check_final_state(&env, &written);
+    signal(&child, libc::SIGTERM);
+    let status = wait_exit(&mut child, Duration::from_secs(30)).expect("binval stops on SIGTERM");
+    assert!(status.success(), "{status}");
+    let (samples, regressions) = sampler.join().unwrap();
+    assert!(regressions.is_empty(), "replicas moved backwards: {regressions:?}");
+    println!(
+        "kill -9 harness: {} changes, {} killed at crash points {fired:?}, {external} killed from outside, {samples} replica samples without regression",
+        written.changes.len(),
+        rounds - external
+    );
+    assert!(fired.values().sum::<u32>() as usize * 2 >= rounds, "most rounds must die at a crash point: {fired:?}");
+}
+
+/// `lease acquired` lines in a log, i.e. how often an instance became active.
+fn count_in(log: &std::path::Path, needle: &str) -> usize {
+    let mut s = String::new();
+    std::fs::File::open(log).map(|mut f| f.read_to_string(&mut s)).ok();
+    s.matches(needle).count()
+}
+
+#[test]
+fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_write() {
+    let env = Env::new("ha", RedisKind::Cluster);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
+    let start = rt.block_on(env.binlog_now());
+    let cfg = write_config(&env, &start, 1500);
+    let (log_a, log_b) = (tk::state_root().join(format!("{}.a.log", env.prefix)), tk::state_root().join(format!("{}.b.log", env.prefix)));
+    let mut a = binval_child(&cfg, None, &log_a);
+    let until = Instant::now() + Duration::from_secs(20);
+    while count_in(&log_a, "lease acquired") == 0 {
+        assert!(Instant::now() < until, "first instance never became active");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut b = binval_child(&cfg, None, &log_b);
+    let until = Instant::now() + Duration::from_secs(20);
+    while count_in(&log_b, "waiting as standby") == 0 {
+        assert!(Instant::now() < until, "second instance did not go standby");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = writer(env.db.clone(), stop.clone(), 7);
+    std::thread::sleep(Duration::from_millis(800));
+    // Kill the active one mid-stream; the standby takes over within a few seconds.
+    signal(&a, libc::SIGKILL);
+    a.wait().unwrap();
+    let killed = Instant::now();
+    while count_in(&log_b, "lease acquired") == 0 {
+        assert!(killed.elapsed() < Duration::from_secs(10), "standby did not take over");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let takeover = killed.elapsed();
+    std::thread::sleep(Duration::from_millis(800));
+
+    // Pause the new active instance (as a long GC or VM stall would), let a third instance
+    // take over, then wake the paused one: it must find its lease lost and write nothing.
+    let log_c = tk::state_root().join(format!("{}.c.log", env.prefix));
+    let mut c = binval_child(&cfg, None, &log_c);
+    signal(&b, libc::SIGSTOP);
+    let paused = Instant::now();
+    while count_in(&log_c, "lease acquired") == 0 {
+        assert!(paused.elapsed() < Duration::from_secs(10), "third instance did not take over from the paused one: {}", std::fs::read_to_string(&log_c).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(800));
+    signal(&b, libc::SIGCONT);
+    let until = Instant::now() + Duration::from_secs(10);
+    while count_in(&log_b, "lease of source") == 0 && count_in(&log_b, "another instance is active") < 2 {
+        assert!(Instant::now() < until, "woken instance did not notice it lost the lease; log {}", log_b.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    check_final_state(&env, &written);
+
+    // Every tenure took a larger fencing token; the last active instance (c) holds the newest
+    // one and wrote with it.
+    let mut r = env.redis_client();
+    let fence: u64 = r.get(&format!("binval:{{{}}}:fence", env.source_name)).unwrap().parse().unwrap();
+    assert!(fence > 1_700_000_000_000, "tokens follow the Redis clock in ms: {fence}");
+    let mut by_c = 0;
+    for id in 1..=IDS {
+        for i in 0..3 {
+            let f: Option<u64> = r.cmd(redis::cmd("HGET").arg(format!("{}:item:{id}:r{i}", env.prefix)).arg("f"));
+            assert!(f.unwrap_or(0) <= fence, "no replica carries a token newer than the newest tenure");
+            if f == Some(fence) {
+                by_c += 1;
+            }
+        }
+    }
+    assert!(by_c > 0, "the last active instance wrote");
+    println!("standby took over {:.1} s after kill -9 of the active instance (lease 1.5 s); {} changes, none lost", takeover.as_secs_f64(), written.changes.len());
+    for ch in [&mut b, &mut c] {
+        signal(ch, libc::SIGTERM);
+        let s = wait_exit(ch, Duration::from_secs(30)).expect("stops on SIGTERM");
+        assert!(s.success(), "{s}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_even_after_the_counter_is_lost() {
+    use binval::lease::{fence_key, lease_key, Lease};
+    let env = Env::new("tokens", RedisKind::Cluster);
+    let cfg = env.config("current", "");
+    let conn = RedisConn::connect(&cfg.redis).await.unwrap();
+    let name = env.source_name.as_str();
+    let a = Lease::try_acquire(&conn, name, "a", 10_000).await.unwrap().unwrap();
+    let busy = Lease::try_acquire(&conn, name, "b", 10_000).await.unwrap().unwrap_err();
+    assert_eq!(busy.0, "a", "b sees a as the holder");
+    assert_eq!(Lease::try_acquire(&conn, name, "a", 10_000).await.unwrap().unwrap().token, a.token, "re-acquiring keeps the token");
+    // Redis lost the lease and the counter (data loss): the next tenure still gets a larger token.
+    let mut r = env.redis_client();
+    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(lease_key(name)).arg(fence_key(name))));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let b = Lease::try_acquire(&conn, name, "b", 10_000).await.unwrap().unwrap();
+    assert!(b.token > a.token, "{} > {}", b.token, a.token);
+    assert!(!a.renew(&conn).await.unwrap(), "a's lease is gone");
+    b.release(&conn).await;
+    assert!(Lease::try_acquire(&conn, name, "c", 10_000).await.unwrap().is_ok(), "released: taken at once");
+}
