@@ -380,10 +380,11 @@ async fn read_once(
                     name.truncate(name.len().saturating_sub(4));
                 }
                 file = String::from_utf8_lossy(&name).into_owned();
-                if header.log_pos() != 0 {
-                    // A real rotation: positions start again in the new file.
-                    last_pos = r.position();
-                }
+                // Positions start again in the file it names: at its position field (4 for a
+                // new file; the requested start for the first, fake ROTATE of a stream; a fake
+                // ROTATE also announces the next file when a file ended without a ROTATE, as
+                // after a server restart).
+                last_pos = r.position();
                 if header.log_pos() != 0 && !asm.in_transaction() {
                     // A real rotation: move the checkpoint to the new file even when no
                     // transaction follows, so an idle source never pins a log that may be purged.
