@@ -7,6 +7,9 @@
 //! that cannot be decoded. A row event is never skipped: a row event whose table has no
 //! preceding TABLE_MAP is an error too. MySQL 8 TRANSACTION_PAYLOAD events (zstd) are unwrapped
 //! and their inner events decoded in place; a payload that cannot be read stops the reader.
+//! MariaDB compressed events (`log_bin_compress=ON`: QUERY_COMPRESSED, the compressed row
+//! events) are decompressed and decoded as the plain events they wrap, keeping their own event
+//! name in the output; one that cannot be decompressed stops the reader.
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -14,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
-use mysql_common::binlog::events::{Event, EventData, TransactionPayloadEvent};
+use mysql_common::binlog::events::{Event, EventData};
 use mysql_common::binlog::EventStreamReader;
 use serde_json::{json, Value as Json};
 
@@ -101,6 +104,7 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
         f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
         let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
         let Some(ev) = ev else { break };
+        verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;
         let here = pos;
         pos += size;
         if skipping {
@@ -116,6 +120,23 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
     Ok(sum)
 }
 
+/// Check an event's CRC32 checksum, when the file's FORMAT_DESCRIPTION announces them
+/// (`binlog_checksum=CRC32`). mysql_common strips checksums without checking them.
+fn verify_checksum(ev: &Event) -> Result<(), String> {
+    use mysql_common::binlog::consts::BinlogChecksumAlg;
+    let footer = ev.footer();
+    if !footer.get_checksum_enabled() || footer.get_checksum_alg() != Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) {
+        return Ok(());
+    }
+    let Some(stored) = ev.checksum() else { return Ok(()) };
+    let stored = u32::from_le_bytes(stored);
+    let computed = ev.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
+    if stored != computed {
+        return Err(format!("CRC32 checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
+    }
+    Ok(())
+}
+
 fn event_name(raw: u8) -> String {
     match EventType::try_from(raw) {
         Ok(t) => format!("{t:?}"),
@@ -126,7 +147,12 @@ fn event_name(raw: u8) -> String {
             163 => "MARIADB_GTID_LIST".into(),
             164 => "MARIADB_START_ENCRYPTION".into(),
             165 => "MARIADB_QUERY_COMPRESSED".into(),
-            166..=171 => "MARIADB_ROWS_COMPRESSED".into(),
+            166 => "MARIADB_WRITE_ROWS_COMPRESSED_V1".into(),
+            167 => "MARIADB_UPDATE_ROWS_COMPRESSED_V1".into(),
+            168 => "MARIADB_DELETE_ROWS_COMPRESSED_V1".into(),
+            169 => "MARIADB_WRITE_ROWS_COMPRESSED".into(),
+            170 => "MARIADB_UPDATE_ROWS_COMPRESSED".into(),
+            171 => "MARIADB_DELETE_ROWS_COMPRESSED".into(),
             _ => format!("UNKNOWN_{raw}"),
         },
     }
@@ -141,13 +167,33 @@ fn handle(
     sum: &mut Summary,
     emit: &mut impl FnMut(Json),
 ) -> Result<(), OfflineError> {
+    handle_named(file, pos, ev, None, esr, tables, sum, emit)
+}
+
+/// [`handle`], with `shown_type`: the event type to report (a MariaDB compressed event is
+/// decoded as the plain event it wraps, and reported under its own type).
+#[allow(clippy::too_many_arguments)]
+fn handle_named(
+    file: &str,
+    pos: u64,
+    ev: &Event,
+    shown_type: Option<u8>,
+    esr: &mut EventStreamReader,
+    tables: &mut HashMap<u64, Arc<TableSchema>>,
+    sum: &mut Summary,
+    emit: &mut impl FnMut(Json),
+) -> Result<(), OfflineError> {
     let corrupt = |detail: String| OfflineError::Corrupt { file: file.into(), pos, detail };
     sum.events += 1;
     let h = ev.header();
     let raw = h.event_type_raw();
-    let mut line = json!({"pos": pos, "event": event_name(raw), "server_id": h.server_id(), "timestamp": h.timestamp(), "next_pos": h.log_pos()});
-    if (166..=171).contains(&raw) {
-        return Err(corrupt("compressed MariaDB row event (log_bin_compress=ON): not decoded yet (issue #3); refusing to skip its rows".into()));
+    let mut line = json!({"pos": pos, "event": event_name(shown_type.unwrap_or(raw)), "server_id": h.server_id(), "timestamp": h.timestamp(), "next_pos": h.log_pos()});
+    if crate::decode::mariadb_compressed_plain_type(raw).is_some() {
+        // MariaDB log_bin_compress=ON: decode the plain event it wraps, reported under the
+        // compressed event's name and position.
+        let plain = crate::decode::uncompress_mariadb_event(ev).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+        sum.events -= 1;
+        return handle_named(file, pos, &plain, Some(raw), esr, tables, sum, emit);
     }
     if raw == 162 {
         let d = ev.data();
@@ -160,14 +206,21 @@ fn handle(
         return Ok(());
     }
     let data = ev.read_data().map_err(|e| corrupt(e.to_string()))?;
+    if data.is_none() && !crate::decode::skippable_unknown_event(raw, h.flags_raw()) {
+        return Err(corrupt(format!("unknown event type {raw}, not marked ignorable: binval does not pass over events it cannot read")));
+    }
     match data {
         Some(EventData::TableMapEvent(tme)) => {
             line["table"] = json!(format!("{}.{}", tme.database_name(), tme.table_name()));
             line["table_id"] = json!(tme.table_id());
             let id = tme.table_id();
-            let schema = TableSchema::from_table_map_positional(tme.into_owned())
-                .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
-            tables.insert(id, Arc::new(schema));
+            // An identical TABLE_MAP (one precedes every statement's rows) keeps its schema.
+            if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
+                let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
+                let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb)
+                    .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+                tables.insert(id, Arc::new(schema));
+            }
             emit(line);
         }
         Some(EventData::RowsEvent(rows)) => {
@@ -200,14 +253,11 @@ fn handle(
         }
         Some(EventData::TransactionPayloadEvent(_)) => {
             emit(line);
-            let tpe: TransactionPayloadEvent<'_> = ev.read_event().map_err(|e| corrupt(format!("TRANSACTION_PAYLOAD: {e}")))?;
-            let mut inner = tpe.decompressed().map_err(|e| corrupt(format!("TRANSACTION_PAYLOAD decompression: {e}")))?;
-            loop {
-                match esr.read_decompressed(&mut inner) {
-                    Ok(Some(e)) => handle(file, pos, &e, esr, tables, sum, emit)?,
-                    Ok(None) => break,
-                    Err(e) => return Err(corrupt(format!("inside TRANSACTION_PAYLOAD: {e}"))),
-                }
+            // Decode every inner event (reported at the payload's position) only once the
+            // whole payload has been read: a damaged payload emits none of its rows.
+            let inner = crate::decode::transaction_payload_events(ev).map_err(|e| corrupt(e.to_string()))?;
+            for e in &inner {
+                handle(file, pos, e, esr, tables, sum, emit)?;
             }
         }
         Some(EventData::QueryEvent(q)) => {
@@ -220,6 +270,12 @@ fn handle(
         }
         Some(EventData::XidEvent(x)) => {
             line["xid"] = json!(x.xid);
+            emit(line);
+        }
+        Some(EventData::IncidentEvent(i)) => {
+            // Reported, not fatal, in a file read (the live source stops on it).
+            line["incident"] = json!(format!("{:?}", i.incident_type()));
+            line["message"] = json!(i.message());
             emit(line);
         }
         Some(EventData::GtidEvent(g)) => {

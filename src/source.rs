@@ -15,6 +15,13 @@
 //! Events are read with mysql_async's binlog stream and mysql_common's event parser. MariaDB's
 //! own GTID event (type 162) is not parsed by mysql_common 0.37, so binval reads its fixed
 //! 13-byte body (seq_no u64 LE, domain_id u32 LE, flags u8; MariaDB `Gtid_log_event`) itself.
+//! MariaDB compressed events (`log_bin_compress=ON`, types 165-171) are decompressed into the
+//! plain QUERY / row events they wrap ([`crate::decode::uncompress_mariadb_event`]) and then
+//! handled like those; one that cannot be decompressed stops the source with its position.
+//! MySQL 8 TRANSACTION_PAYLOAD events (`binlog_transaction_compression=ON`) are unwrapped
+//! ([`crate::decode::transaction_payload_events`]) and their inner events (BEGIN, TABLE_MAPs,
+//! rows, XID) handled in order at the payload event's position; a payload that cannot be read
+//! to its end stops the source with a definite error, and none of its rows are passed on.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -99,12 +106,6 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
         return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: "unsupported by this server".into(), want: "FULL" }.into());
     };
     let log_bin: Option<String> = conn.query_first("SELECT @@log_bin").await.map_err(q)?;
-    if version.to_ascii_lowercase().contains("mariadb") {
-        let compress: Option<String> = conn.query_first("SELECT @@log_bin_compress").await.map_err(q)?;
-        if matches!(compress.as_deref(), Some("1") | Some("ON")) {
-            return Err(DefiniteError::SourceSetting { setting: "log_bin_compress", found: "ON".into(), want: "OFF" }.into());
-        }
-    }
     if log_bin.as_deref() != Some("1") && log_bin.as_deref() != Some("ON") {
         return Err(DefiniteError::SourceSetting { setting: "log_bin", found: log_bin.unwrap_or_default(), want: "ON" }.into());
     }
@@ -291,24 +292,47 @@ async fn read_once(
         Resume::FilePos(p) => p.pos,
         Resume::Gtid(_) => 4,
     };
+    // Events unwrapped from a MySQL 8 TRANSACTION_PAYLOAD, handled before the next event of
+    // the stream; they take the payload event's position and time.
+    let mut payload: std::vec::IntoIter<mysql_common::binlog::events::Event> = Vec::new().into_iter();
+    let mut payload_header = None;
     loop {
-        let next = tokio::select! {
-            r = tokio::time::timeout(silent_limit, stream.next()) => r,
-            _ = shutdown.wait_for(|v| *v) => return Ok(()),
-        };
-        let ev = match next {
-            Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
-            Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
-            Ok(Some(Err(e))) => return Err(classify_mysql(e, &format!("{file}:{last_pos}"))),
-            Ok(Some(Ok(ev))) => ev,
+        let (ev, outer) = match payload.next() {
+            Some(inner) => (inner, payload_header),
+            None => {
+                let next = tokio::select! {
+                    r = tokio::time::timeout(silent_limit, stream.next()) => r,
+                    _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                };
+                let ev = match next {
+                    Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
+                    Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
+                    // Before the first ROTATE of a GTID start no file is known: name the GTID.
+                    Ok(Some(Err(e))) => return Err(classify_mysql(e, &if file.is_empty() { position_text.clone() } else { format!("{file}:{last_pos}") })),
+                    Ok(Some(Ok(ev))) => ev,
+                };
+                (ev, None)
+            }
         };
         stats.events.fetch_add(1, Relaxed);
         let header = ev.header();
-        if header.log_pos() != 0 {
-            last_pos = header.log_pos() as u64;
+        // Position and time of this event: the payload event's for the events inside one.
+        let placed = outer.unwrap_or(header);
+        if placed.log_pos() != 0 && outer.is_none() && positions_grow(header.event_type_raw()) {
+            // Within one file the end positions of these events only grow. The replication
+            // protocol carries them in 32 bits: past 4 GiB of one file they wrap, and a
+            // checkpoint would name the wrong place. Stop before passing such a position on.
+            let p = placed.log_pos() as u64;
+            if p < last_pos {
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "binlog file {file} grew past 4 GiB (event ending at {p} after one ending at {last_pos}): binlog positions are 32-bit in the replication protocol and wrap there, so binval cannot name a resume position; keep binlog files under 4 GiB (max_binlog_size, no transaction of several GiB)"
+                ))
+                .into());
+            }
+            last_pos = p;
         }
-        let here = |file: &str| SourcePosition { file: file.to_string(), pos: header.log_pos() as u64, gtid: None };
-        let at = || format!("{}:{}", file, header.log_pos());
+        let here = |file: &str| SourcePosition { file: file.to_string(), pos: placed.log_pos() as u64, gtid: None };
+        let at = || format!("{}:{}", file, placed.log_pos());
         if header.event_type_raw() == MARIADB_GTID_EVENT {
             let d = ev.data();
             if d.len() < 13 {
@@ -321,27 +345,46 @@ async fn read_once(
             asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: flags & MARIADB_FL_STANDALONE != 0 });
             continue;
         }
-        if (166..=171).contains(&header.event_type_raw()) {
-            return Err(DefiniteError::UnsupportedEvent(format!(
-                "compressed MariaDB row event at {}: set log_bin_compress=OFF on the source (binval does not decode compressed events yet and never skips rows)",
-                at()
-            ))
-            .into());
-        }
+        // MariaDB log_bin_compress=ON: QUERY_COMPRESSED and the compressed row events become
+        // the plain events they wrap; a record that cannot be decompressed stops the stream.
+        let uncompressed;
+        let ev = if crate::decode::mariadb_compressed_plain_type(header.event_type_raw()).is_some() {
+            uncompressed = crate::decode::uncompress_mariadb_event(&ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+            &uncompressed
+        } else {
+            &ev
+        };
         let data = match ev.read_data() {
             Ok(Some(d)) => d,
-            Ok(None) => continue, // event type mysql_common does not know (MariaDB 160-171 ...)
+            // Types mysql_common does not know: passed over only when they carry no rows.
+            Ok(None) if crate::decode::skippable_unknown_event(header.event_type_raw(), header.flags_raw()) => continue,
+            Ok(None) => {
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "unknown binlog event type {} at {} (not marked ignorable): binval does not skip events it cannot read",
+                    header.event_type_raw(),
+                    at()
+                ))
+                .into())
+            }
             Err(e) => return Err(TransientError::Source(format!("unreadable event at {}: {e}", at())).into()),
         };
         let finished = match data {
             EventData::RotateEvent(r) => {
                 let mut name = r.name_raw().to_vec();
-                if !seen_fde && info.checksum && header.log_pos() == 0 && name.len() > 4 {
+                if !seen_fde && header.log_pos() == 0 && ends_with_own_crc32(ev) {
                     // The stream's first (fake) ROTATE is parsed before the FORMAT_DESCRIPTION
-                    // that announces checksums, so its name carries the 4 CRC32 bytes.
-                    name.truncate(name.len() - 4);
+                    // that announces checksums, so its name carries the 4 CRC32 bytes. The
+                    // server adds them by what the replica asked for (mysql_async asks for
+                    // 'ALL'), not by its own binlog_checksum: with binlog_checksum=NONE they
+                    // are there too. So the bytes are checked, not assumed.
+                    name.truncate(name.len().saturating_sub(4));
                 }
                 file = String::from_utf8_lossy(&name).into_owned();
+                // Positions start again in the file it names: at its position field (4 for a
+                // new file; the requested start for the first, fake ROTATE of a stream; a fake
+                // ROTATE also announces the next file when a file ended without a ROTATE, as
+                // after a server restart).
+                last_pos = r.position();
                 if header.log_pos() != 0 && !asm.in_transaction() {
                     // A real rotation: move the checkpoint to the new file even when no
                     // transaction follows, so an idle source never pins a log that may be purged.
@@ -363,13 +406,17 @@ async fn read_once(
             EventData::TableMapEvent(tme) => {
                 let id = tme.table_id();
                 if let Some(configured) = names.resolve(mapper, &format!("{}.{}", tme.database_name(), tme.table_name())) {
-                    let mut schema = TableSchema::from_table_map(tme.into_owned())
-                        .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
-                    if *schema.name != *configured {
-                        // A renamed mapped table: its rows go on under the configured rule.
-                        schema.name = Arc::from(configured.as_str());
+                    // A TABLE_MAP precedes every statement's rows; an identical one (under the
+                    // same configured name) keeps its prepared schema.
+                    if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme) && *t.name == *configured) {
+                        let mut schema = TableSchema::from_table_map(tme.into_owned(), info.mariadb)
+                            .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                        if *schema.name != *configured {
+                            // A renamed mapped table: its rows go on under the configured rule.
+                            schema.name = Arc::from(configured.as_str());
+                        }
+                        tables.insert(id, Arc::new(schema));
                     }
-                    tables.insert(id, Arc::new(schema));
                 } else {
                     tables.remove(&id);
                 }
@@ -384,6 +431,25 @@ async fn read_once(
                 }
                 None
             }
+            EventData::TransactionPayloadEvent(_) => {
+                // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN,
+                // TABLE_MAPs, rows, XID) is inside; a payload that cannot be read stops here.
+                let inner = crate::decode::transaction_payload_events(ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                payload = inner.into_iter();
+                payload_header = Some(header);
+                None
+            }
+            EventData::IncidentEvent(i) => {
+                // INCIDENT_LOST_EVENTS: the primary could not write some changes to its binlog
+                // (a replica stops here too, MySQL error 1590); the cache cannot be trusted.
+                return Err(DefiniteError::UnsupportedEvent(format!(
+                    "incident event at {} ({:?}: {}): the source reports changes missing from its binlog; rebuild the cache (bootstrap) and restart from a position after it",
+                    at(),
+                    i.incident_type(),
+                    i.message()
+                ))
+                .into());
+            }
             EventData::XaPrepareLogEvent(_) => {
                 if asm.held_rows() > 0 {
                     return Err(DefiniteError::UnsupportedEvent(format!(
@@ -392,9 +458,9 @@ async fn read_once(
                     ))
                     .into());
                 }
-                asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
             }
-            EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() }),
+            EventData::XidEvent(_) => asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() }),
             EventData::GtidEvent(g) => {
                 let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
                 asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
@@ -404,14 +470,19 @@ async fn read_once(
                 let text = q.query();
                 let t = text.trim();
                 let upper: String = t.chars().take(12).collect::<String>().to_ascii_uppercase();
+                if t.starts_with("# Dummy event replacing event type") {
+                    // MariaDB replaces events a replica declared it cannot handle (by
+                    // @mariadb_slave_capability) with this comment: the real event is lost.
+                    return Err(DefiniteError::UnsupportedEvent(format!("at {}: the source sent a placeholder instead of an event ({t}); binval never accepts it in place of row events", at())).into());
+                }
                 if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
                     None
                 } else if upper.starts_with("XA COMMIT") && asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
-                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
                 } else if t.eq_ignore_ascii_case("BEGIN") {
                     asm.boundary(Boundary::Begin { gtid: None, standalone: false })
                 } else if t.eq_ignore_ascii_case("COMMIT") {
-                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: header.timestamp() })
+                    asm.boundary(Boundary::Commit { end: here(&file), timestamp_s: placed.timestamp() })
                 } else if t.eq_ignore_ascii_case("ROLLBACK") {
                     asm.boundary(Boundary::Rollback)
                 } else {
@@ -446,7 +517,7 @@ async fn read_once(
                             }
                         }
                     }
-                    let b = asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: header.timestamp(), invalidate_tables });
+                    let b = asm.boundary(Boundary::Statement { end: here(&file), timestamp_s: placed.timestamp(), invalidate_tables });
                     b.map(|mut txn| {
                         if renamed {
                             txn.table_names = Some(Arc::new(names.clone()));
@@ -466,6 +537,30 @@ async fn read_once(
             *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
         }
     }
+}
+
+/// Event types whose end positions within one binlog file only grow (never sent as fakes with
+/// an older position at the start of a stream): QUERY, XID, TABLE_MAP, row events (v1, v2,
+/// partial, MariaDB compressed), MySQL GTID / ANONYMOUS_GTID, MariaDB GTID, TRANSACTION_PAYLOAD.
+fn positions_grow(ty: u8) -> bool {
+    matches!(ty, 2 | 16 | 19 | 23..=25 | 30..=34 | 39 | 40 | 162 | 165..=171)
+}
+
+/// True when the last 4 bytes of the event body are the CRC32 of the event before them
+/// (header included), as MySQL/MariaDB compute event checksums.
+fn ends_with_own_crc32(ev: &mysql_common::binlog::events::Event) -> bool {
+    use mysql_common::proto::MySerialize;
+    let data = ev.data();
+    if data.len() < 4 {
+        return false;
+    }
+    let (body, tail) = data.split_at(data.len() - 4);
+    let mut header = Vec::with_capacity(19);
+    ev.header().serialize(&mut header);
+    let mut crc = flate2::Crc::new();
+    crc.update(&header);
+    crc.update(body);
+    crc.sum() == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
 }
 
 fn uuid_text(sid: &[u8; 16]) -> String {
