@@ -251,6 +251,12 @@ pub struct MappingConfig {
     /// TTL of replicas, seconds; 0 (default) means no TTL.
     #[serde(default)]
     pub ttl_secs: u64,
+    /// Text columns whose values are JSON documents, written into the payload as documents
+    /// (not strings). Unset (default): on MariaDB, the table's JSON columns (LONGTEXT with the
+    /// `json_valid` check MariaDB adds for the JSON type) are detected at start; MySQL's binary
+    /// JSON is always a document. `[]` turns detection off.
+    #[serde(default)]
+    pub json_columns: Option<Vec<String>>,
 }
 
 /// `[log]`.

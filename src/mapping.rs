@@ -46,6 +46,11 @@ struct Rule {
     payload: Option<Vec<String>>,
     mode: MappingMode,
     ttl_secs: u64,
+    /// Text columns whose values are JSON documents (MariaDB's JSON type is LONGTEXT with a
+    /// `json_valid` check; the binlog cannot tell it from text).
+    json_columns: Vec<String>,
+    /// `json_columns` not configured: take the ones detected on the source.
+    detect_json: bool,
 }
 
 /// Renamed mapped tables, followed as the binlog goes: current `schema.table` -> the
@@ -112,6 +117,8 @@ impl Mapper {
                     },
                     mode: m.mode,
                     ttl_secs: m.ttl_secs,
+                    json_columns: m.json_columns.clone().unwrap_or_default(),
+                    detect_json: m.json_columns.is_none(),
                 },
             );
         }
@@ -130,6 +137,21 @@ impl Mapper {
     /// (`schema.table`), for table-wide invalidation.
     pub fn templates_of(&self, table: &str) -> Option<(&[KeyTemplate], u32, u64)> {
         self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
+    }
+
+    /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see
+    /// `source::mariadb_json_columns`); ignored for mappings that list `json_columns`.
+    pub fn set_detected_json(&mut self, table: &str, columns: Vec<String>) {
+        if let Some(r) = self.rules.get_mut(table) {
+            if r.detect_json {
+                r.json_columns = columns;
+            }
+        }
+    }
+
+    /// The JSON columns of `table` in effect.
+    pub fn json_columns(&self, table: &str) -> &[String] {
+        self.rules.get(table).map(|r| r.json_columns.as_slice()).unwrap_or(&[])
     }
 
     /// Mapped table names.
@@ -171,7 +193,7 @@ impl Mapper {
             let new = row.after.as_ref().and_then(|r| render(t, r));
             let payload = || match rule.mode {
                 MappingMode::Invalidate => None,
-                MappingMode::WriteThrough => row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref())),
+                MappingMode::WriteThrough => row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), &rule.json_columns, &rule.table)),
             };
             let mut push = |key: String, op: Op, payload: Option<String>| {
                 if rule.replicas > 1 {
@@ -228,9 +250,10 @@ fn render(t: &KeyTemplate, row: &Row) -> Option<String> {
     })
 }
 
-fn payload_of(row: &Row, columns: Option<&[String]>) -> String {
-    match columns {
-        None => serde_json::to_string(row).expect("row serializes"),
+fn payload_of(row: &Row, columns: Option<&[String]>, json_columns: &[String], table: &str) -> String {
+    let mut m = match columns {
+        None if json_columns.is_empty() => return serde_json::to_string(row).expect("row serializes"),
+        None => row.clone(),
         Some(cols) => {
             let mut m = serde_json::Map::new();
             for c in cols {
@@ -238,9 +261,20 @@ fn payload_of(row: &Row, columns: Option<&[String]>) -> String {
                     m.insert(c.clone(), v.clone());
                 }
             }
-            serde_json::to_string(&m).expect("row serializes")
+            m
+        }
+    };
+    // JSON stored as text (MariaDB): the document itself, like MySQL's binary JSON.
+    for c in json_columns {
+        if let Some(v @ Json::String(_)) = m.get_mut(c) {
+            let Json::String(text) = &*v else { unreachable!() };
+            match serde_json::from_str::<Json>(text) {
+                Ok(doc) => *v = doc,
+                Err(e) => tracing::warn!(table, column = %c, error = %e, "value of a JSON column is not JSON; kept as text"),
+            }
         }
     }
+    serde_json::to_string(&m).expect("row serializes")
 }
 
 #[cfg(test)]

@@ -147,6 +147,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
         // Not fatal: the table may be created later; `binval check` fails on it.
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
+    let mapper = with_detected_json(&cfg.mappings, mapper, &mut conn, info.mariadb).await?;
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
     let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
@@ -249,6 +250,30 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
         }
         None => Err(TransientError::Source("pipeline stopped".into()).into()),
     }
+}
+
+/// On MariaDB, the mapper with the mapped tables' JSON columns detected on the source (for
+/// mappings without `json_columns`), so their text values become JSON documents.
+pub(crate) async fn with_detected_json(
+    mappings: &[crate::config::MappingConfig],
+    mapper: Arc<Mapper>,
+    conn: &mut mysql_async::Conn,
+    mariadb: bool,
+) -> Result<Arc<Mapper>, Error> {
+    if !mariadb {
+        return Ok(mapper);
+    }
+    let tables: Vec<String> = mappings.iter().map(|m| m.table.clone()).collect();
+    let detected = source::mariadb_json_columns(conn, &tables).await?;
+    if detected.is_empty() {
+        return Ok(mapper);
+    }
+    let mut m = Mapper::new(mappings).expect("mappings were validated at start");
+    for (table, cols) in detected {
+        tracing::info!(table = %table, columns = ?cols, "MariaDB JSON columns: values go into the payload as JSON documents");
+        m.set_detected_json(&table, cols);
+    }
+    Ok(Arc::new(m))
 }
 
 /// A transaction whose Redis writes are done and whose events are in flight.

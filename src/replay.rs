@@ -169,6 +169,7 @@ pub async fn run(
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
     let logs = source::binary_logs(&mut conn).await?;
+    let mapper = crate::pipeline::with_detected_json(&mappings, mapper, &mut conn, info.mariadb).await?;
     drop(conn);
     let to = args.to.clone().unwrap_or(ReplayPoint::FilePos(info.current.clone()));
     let mut src_cfg = cfg.source.clone();

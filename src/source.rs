@@ -134,6 +134,26 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     })
 }
 
+/// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
+/// column check constraint named after the column with the clause ``json_valid(`col`)``
+/// (MariaDB docs, "JSON Data Type"); the binlog carries such values as text. Returns
+/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now (the schema
+/// at start, not at event time: a column changed to or from JSON later needs a restart).
+pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<HashMap<String, Vec<String>>, Error> {
+    let rows: Vec<(String, String, String, String)> = conn
+        .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%'")
+        .await
+        .map_err(|e| classify_mysql(e, "information_schema.CHECK_CONSTRAINTS"))?;
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for (schema, table, name, clause) in rows {
+        let full = format!("{schema}.{table}");
+        if tables.contains(&full) && clause == format!("json_valid(`{name}`)") {
+            out.entry(full).or_default().push(name);
+        }
+    }
+    Ok(out)
+}
+
 /// Check each mapping against the source's schema: the table exists, and every column a key
 /// template or the payload names is a column of it. Returns one line per problem, naming the
 /// mapping field (`mappings[0].keys[1]`).

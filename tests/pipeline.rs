@@ -468,3 +468,25 @@ async fn a_dropped_replica_connection_reconnects_and_misses_nothing() {
     assert_eq!(block(|| r.version(&k(1))), v3, "a re-applied change (allowed: at-least-once) never moves a token");
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_json_columns_become_documents() {
+    let env = Env::new("json", RedisKind::Standalone);
+    env.exec("CREATE TABLE docs (id INT PRIMARY KEY, doc JSON, note TEXT)").await;
+    env.exec("CREATE TABLE raw (id INT PRIMARY KEY, doc JSON)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.docs\"\nkeys = [\"{p}:doc:{id}\"]\n\n[[mappings]]\ntable = \"{db}.raw\"\nkeys = [\"{p}:raw:{id}\"]\njson_columns = []\n";
+    let run = start_pipeline(&env, &start, mapping);
+    let text = r#"{"a": [1, 2.5, null], "b": {"c": "é"}}"#;
+    env.exec(&format!("INSERT INTO docs VALUES (1, '{text}', '{text}')")).await;
+    let v = env.exec_v(&format!("INSERT INTO raw VALUES (1, '{text}')")).await;
+    let mut r = env.redis_client();
+    let (kd, kr) = (format!("{}:doc:1", env.prefix), format!("{}:raw:1", env.prefix));
+    assert_eq!(block(|| r.wait_version(&kr, v)), v);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&kd, 0)).unwrap()).unwrap();
+    assert_eq!(row["doc"], json!({"a": [1, 2.5, null], "b": {"c": "é"}}), "a JSON column is the document itself");
+    assert_eq!(row["note"], json!(text), "a TEXT column stays text");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&kr, 0)).unwrap()).unwrap();
+    assert_eq!(row["doc"], json!(text), "json_columns = [] turns detection off");
+    run.stop().await;
+}
