@@ -52,10 +52,13 @@ pub enum DefiniteError {
     /// Kafka refused an event for a reason retrying cannot fix.
     #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
     KafkaRefused { key: String, topic: String, message: String },
-    /// A table-level DDL statement on a mapped table that binval does not act on yet.
-    #[error("{kind} of mapped table {table} at binlog position {position} would leave its cached keys stale; binval stops instead of skipping it. Statement: {statement}. Restart with a checkpoint past this position once the keys are rebuilt (or unmap the table)")]
+    /// A table-level DDL statement on a mapped table that binval cannot follow (a RENAME onto
+    /// the name of another mapped table).
+    #[error("{kind} of mapped table {table} at binlog position {position} would leave its cached keys stale; binval stops instead of skipping it. Statement: {statement}. Change the mapping (or unmap the table), then restart")]
     UnsupportedDdl { kind: &'static str, table: String, position: String, statement: String },
-    /// The source writes events binval cannot decode (e.g. MariaDB log_bin_compress=ON).
+    /// The source writes events binval cannot decode or must not pass over (an unknown
+    /// non-ignorable event type, an INCIDENT, MariaDB legacy temporal columns, a binlog file
+    /// past 4 GiB).
     #[error("{0}")]
     UnsupportedEvent(String),
     /// The metrics endpoint could not be started (address in use, bad address).
