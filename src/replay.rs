@@ -320,6 +320,19 @@ pub async fn run(
                     }
                 }
             }
+            // TRUNCATE / DROP TABLE in the range: mark the table's keys stale again (fenced:
+            // keys changed after it keep their values). No event: the live run published it.
+            if !args.dry_run {
+                for table in &txn.invalidate_tables {
+                    let Some((templates, replicas, _)) = mapper.templates_of(table) else { continue };
+                    let w = WriteCtx { position: fence.position(&txn.position)?, token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
+                    let t: std::sync::Arc<str> = std::sync::Arc::from(table.as_str());
+                    for tpl in templates {
+                        let n = redis.invalidate_template(tpl, replicas, &t, &w).await?;
+                        tracing::info!(table = %table, template = %tpl, keys = n, "replayed a table-wide DDL");
+                    }
+                }
+            }
             progress.set_message(format!(
                 "{} transactions, {} key changes ({} changed, {} unchanged), at {}",
                 summary.transactions, summary.key_changes, summary.changed, summary.unchanged, txn.position
