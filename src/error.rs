@@ -64,6 +64,9 @@ pub enum DefiniteError {
     /// The metrics endpoint could not be started (address in use, bad address).
     #[error("metrics endpoint: {0}")]
     MetricsListen(String),
+    /// A mapping no longer fits the table the binlog describes (e.g. a key column was dropped).
+    #[error("mapping of table {table} at binlog position {position}: {message}")]
+    MappingBroken { table: String, position: String, message: String },
     /// The fence position (the order of writes) of a transaction cannot be derived.
     #[error("cannot order the writes of the transaction at {position}: {message}")]
     Fence { position: String, message: String },

@@ -90,6 +90,23 @@ impl TableNames {
         }
         Ok(true)
     }
+
+    /// Take back `rename(from, to)`: the rule applies to `from` again and `to` is unmapped.
+    /// Returns the configured name of the rule.
+    pub fn undo_rename(&mut self, mapper: &Mapper, from: &str, to: &str) -> Option<String> {
+        let cfg = self.resolve(mapper, to)?;
+        if mapper.rules.contains_key(to) {
+            self.0.insert(to.to_string(), None);
+        } else {
+            self.0.remove(to);
+        }
+        if from == cfg {
+            self.0.remove(from);
+        } else {
+            self.0.insert(from.to_string(), Some(cfg.clone()));
+        }
+        Some(cfg)
+    }
 }
 
 /// The compiled mapping rules of a config.
@@ -137,6 +154,15 @@ impl Mapper {
     /// (`schema.table`), for table-wide invalidation.
     pub fn templates_of(&self, table: &str) -> Option<(&[KeyTemplate], u32, u64)> {
         self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
+    }
+
+    /// Columns the key templates of `table` use that `has_column` does not know.
+    pub fn missing_key_columns(&self, table: &str, has_column: impl Fn(&str) -> bool) -> Vec<String> {
+        let Some(r) = self.rules.get(table) else { return Vec::new() };
+        let mut out: Vec<String> = r.templates.iter().flat_map(|t| t.columns()).filter(|c| !has_column(c)).map(String::from).collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see

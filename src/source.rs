@@ -435,6 +435,20 @@ async fn read_once(
                             // A renamed mapped table: its rows go on under the configured rule.
                             schema.name = Arc::from(configured.as_str());
                         }
+                        // A key column renamed or dropped by ALTER TABLE would make every row
+                        // of the table map to no key: invalidation would stop silently.
+                        let missing = mapper.missing_key_columns(&configured, |c| schema.columns.iter().any(|col| &*col.name == c));
+                        if !missing.is_empty() {
+                            return Err(DefiniteError::MappingBroken {
+                                table: configured.clone(),
+                                position: at(),
+                                message: format!(
+                                    "key column(s) {} are not in the table any more (renamed or dropped by ALTER TABLE?): its keys would no longer be written or invalidated. Change the mapping's keys, then restart",
+                                    missing.join(", ")
+                                ),
+                            }
+                            .into());
+                        }
                         tables.insert(id, Arc::new(schema));
                     }
                 } else {
@@ -523,16 +537,32 @@ async fn read_once(
                             }
                         } else {
                             // RENAME: tables come in (from, to) pairs; a mapped table's rule
-                            // follows it to its new name (its rows and keys are unchanged).
+                            // follows it to its new name (its rows and keys are unchanged)...
+                            let mut moved: Vec<(String, String)> = Vec::new();
                             for pair in ddl.tables.chunks(2) {
                                 let [from, to] = pair else { continue };
                                 match names.rename(mapper, from, to) {
                                     Ok(true) => {
                                         renamed = true;
+                                        moved.push((from.clone(), to.clone()));
                                         tracing::info!(from = %from, to = %to, position = %at(), "mapped table renamed: its mapping follows the new name");
                                     }
                                     Ok(false) => {}
                                     Err(_) => return Err(unsupported(to).into()),
+                                }
+                            }
+                            // ...unless the same statement puts another table under the old
+                            // name: the cut-over of an online schema change (gh-ost, pt-osc:
+                            // `RENAME TABLE t TO t_old, t_new TO t`). The rule stays with the
+                            // name, and since the table behind it is a new one, every key of
+                            // it is marked stale.
+                            for (from, to) in moved {
+                                let swapped_in = ddl.tables.chunks(2).any(|p| matches!(p, [_, t2] if *t2 == from));
+                                if swapped_in {
+                                    if let Some(configured) = names.undo_rename(mapper, &from, &to) {
+                                        tracing::info!(table = %from, old_table_now = %to, position = %at(), "table swapped under a mapped name (online schema change cut-over): the mapping stays with the name; its keys are marked stale");
+                                        invalidate_tables.push(configured);
+                                    }
                                 }
                             }
                         }

@@ -490,3 +490,44 @@ async fn mariadb_json_columns_become_documents() {
     assert_eq!(row["doc"], json!(text), "json_columns = [] turns detection off");
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn online_schema_change_cut_over_comments_and_create_or_replace_keep_keys_correct() {
+    let env = Env::new("osc", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let mut r = env.redis_client();
+    let v = env.exec_v("INSERT INTO items (id, title) VALUES (1, 'v1')").await;
+    assert_eq!(block(|| r.wait_version(&k(1), v)), v);
+
+    // gh-ost / pt-osc cut-over: the mapping stays with the name, the swapped-in table's keys
+    // are marked stale, and later changes of the new table are applied.
+    env.exec("CREATE TABLE items_gho LIKE items").await;
+    env.exec("INSERT INTO items_gho SELECT * FROM items").await;
+    let vs = env.exec_v("RENAME TABLE items TO items_del, items_gho TO items").await;
+    assert_eq!(block(|| r.wait_version(&k(1), vs)), vs, "cut-over marks the keys stale");
+    let v2 = env.exec_v("UPDATE items SET title = 'after swap' WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&k(1), v2)), v2, "the new table under the mapped name is followed");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
+    assert_eq!(row["title"], json!("after swap"));
+    env.exec("UPDATE items_del SET title = 'old table' WHERE id = 1").await;
+
+    // TRUNCATE behind a comment, and MariaDB's CREATE OR REPLACE TABLE.
+    let vt = env.exec_v("/* app:cleanup */ TRUNCATE TABLE items").await;
+    assert_eq!(block(|| r.wait_version(&k(1), vt)), vt, "a commented TRUNCATE is recognised");
+    let v3 = env.exec_v("INSERT INTO items (id, title) VALUES (3, 'x')").await;
+    assert_eq!(block(|| r.wait_version(&k(3), v3)), v3);
+    let vc = env.exec_v("CREATE OR REPLACE TABLE items (id INT PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2), stock MEDIUMINT, updated DATETIME(3), note TEXT)").await;
+    assert_eq!(block(|| r.wait_version(&k(3), vc)), vc, "CREATE OR REPLACE invalidates the old table's keys");
+    assert_eq!(block(|| r.record(&k(3), 0)), (None, Some(vc), false));
+
+    // A key column renamed away: binval stops instead of silently writing no keys.
+    env.exec("ALTER TABLE items CHANGE id item_id INT").await;
+    env.exec("INSERT INTO items (item_id) VALUES (9)").await;
+    let e = run.expect_error(20).await;
+    assert!(!e.is_transient());
+    let m = e.to_string();
+    assert!(m.contains("key column") && m.contains("id") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
+}
