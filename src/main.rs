@@ -70,6 +70,10 @@ enum Command {
         /// No progress line on stderr.
         #[arg(long)]
         quiet: bool,
+        /// When the checkpoint records renamed mapped tables: `checkpoint` (they were renamed
+        /// before --from) or `none` (start with the configured names).
+        #[arg(long, value_parser = ["checkpoint", "none"])]
+        renames: Option<String>,
     },
     /// Publish the invalidation events of a past range again, so app instances that missed
     /// them (e.g. partitioned from the broker) apply them now. Idempotent for consumers (the
@@ -128,8 +132,9 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { .. } => run(cfg).await,
             Command::Check { .. } => check(cfg).await,
-            Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, .. } => {
-                replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet).await
+            Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, renames, .. } => {
+                let renames = renames.map(|r| r == "checkpoint");
+                replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet, renames).await
             }
             Command::Republish { from, to, dry_run, .. } => republish(cfg, from, to, dry_run).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
@@ -189,6 +194,7 @@ async fn replay(
     rate: Option<u32>,
     server_id: Option<u32>,
     progress: bool,
+    renames_from_checkpoint: Option<bool>,
 ) -> Result<(), Error> {
     use binval::replay::{ReplayArgs, ReplayPoint};
     let arg = |field: &str, reason: String| -> Error {
@@ -199,7 +205,26 @@ async fn replay(
     if rate == Some(0) {
         return Err(arg("--rate", "must be at least 1 key change per second".into()));
     }
-    let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress };
+    if server_id == Some(cfg.source.server_id) {
+        return Err(arg("--server-id", format!("{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them", cfg.source.server_id)));
+    }
+    if let (ReplayPoint::FilePos(a), Some(ReplayPoint::FilePos(b))) = (&from, &to) {
+        let idx = |f: &str| f.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        if (idx(&b.file), b.pos) < (idx(&a.file), a.pos) {
+            return Err(arg("--to", format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos)));
+        }
+    }
+    if let (ReplayPoint::Gtid { domain: d1, seq: s1, .. }, Some(ReplayPoint::Gtid { domain: d2, seq: s2, .. })) = (&from, &to) {
+        if d1 == d2 && s2 < s1 {
+            return Err(arg("--to", format!("gtid {d2}-?-{s2} is before --from (sequence {s1})")));
+        }
+    }
+    if let (ReplayPoint::Time(a), Some(ReplayPoint::Time(b))) = (&from, &to) {
+        if b < a {
+            return Err(arg("--to", "the end time is before --from".into()));
+        }
+    }
+    let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress, renames_from_checkpoint };
     let (tx, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
@@ -224,6 +249,11 @@ async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool)
         },
         None => None,
     };
+    if let (RepublishFrom::Time(a), Some(b)) = (&from, to) {
+        if b < *a {
+            return Err(arg("--to", "the end time is before --from".into()));
+        }
+    }
     let summary = binval::republish::run(&cfg, &from, to, dry_run).await?;
     println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     Ok(())
@@ -262,6 +292,12 @@ async fn check(cfg: Config) -> Result<(), Error> {
 
 fn decode(file: &std::path::Path, start: Option<u64>, stop: Option<u64>) -> ExitCode {
     use std::io::Write;
+    if let (Some(a), Some(b)) = (start, stop) {
+        if b <= a {
+            eprintln!("error: --stop {b} is not after --start {a}");
+            return ExitCode::from(2);
+        }
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut broken_pipe = false;

@@ -25,9 +25,9 @@
 //!   starts at the start of the newest binlog file created before it).
 //! * `--to` (inclusive; default: the primary's position when replay starts): the same forms.
 //!
-//! Replay maps tables by their configured names from `--from` on (RENAMEs inside the range are
-//! followed; a mapped table renamed *before* `--from` is not known under its new name: put the
-//! new name in the mapping for such a replay).
+//! RENAMEs inside the range are followed. When the checkpoint records renamed mapped tables,
+//! replay cannot know which of them happened before `--from` and asks: `--renames checkpoint`
+//! (start with the checkpoint's names) or `--renames none` (start with the configured names).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -105,6 +105,10 @@ pub struct ReplayArgs {
     /// server_id of replay's replica connection. Default: `source.server_id + 1000000`
     /// (wrapping, never 0); must be unique in the topology like any replica's.
     pub server_id: Option<u32>,
+    /// Which renamed-table state to start from when the checkpoint records renamed mapped
+    /// tables: `Some(true)` = the checkpoint's (all renames happened before `--from`),
+    /// `Some(false)` = none (the configured names), `None` = refuse if there are any.
+    pub renames_from_checkpoint: Option<bool>,
     /// Show a progress line on stderr (hidden when stderr is not a terminal).
     pub progress: bool,
 }
@@ -200,6 +204,28 @@ pub async fn run(
     };
     let fence = FenceRule::resolve(&cfg.source, info.mariadb);
     let redis = RedisConn::connect(&cfg.redis).await?;
+    // Renamed mapped tables: the live run follows RENAMEs as it reads them and keeps the state
+    // in its checkpoint. Replay starts elsewhere and cannot know which renames came before
+    // --from: the operator says so.
+    let names = {
+        let mut store = crate::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+        let renamed = store.load().await?.map(|c| c.renamed).unwrap_or_default();
+        match (renamed.0.is_empty(), args.renames_from_checkpoint) {
+            (true, _) | (false, Some(false)) => crate::mapping::TableNames::default(),
+            (false, Some(true)) => renamed,
+            (false, None) => {
+                let list: Vec<String> = renamed.0.iter().map(|(k, v)| format!("{k} -> {}", v.as_deref().unwrap_or("(unmapped)"))).collect();
+                return Err(arg_error(
+                    "--renames",
+                    format!(
+                        "the checkpoint of source {} records renamed mapped tables ({}); say whether they happened before --from: --renames checkpoint (yes) or --renames none (no, use the configured names)",
+                        cfg.source.name,
+                        list.join(", ")
+                    ),
+                ));
+            }
+        }
+    };
     let kafka = if args.dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
     let fence_key = crate::lease::fence_key(&cfg.source.name);
     let mut token = current_token(&redis, &fence_key).await?;
@@ -215,7 +241,7 @@ pub async fn run(
     let (txn_tx, mut txn_rx) = mpsc::channel::<Transaction>(64);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(SourceStats::default());
-    let source_task = tokio::spawn(source::run(src_cfg.clone(), mapper.clone(), crate::mapping::TableNames::default(), resume, txn_tx, stop_rx, stats.clone()));
+    let source_task = tokio::spawn(source::run(src_cfg.clone(), mapper.clone(), names, resume, txn_tx, stop_rx, stats.clone()));
     let mut sd = shutdown.clone();
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {

@@ -174,6 +174,13 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
             summary.read += 1;
             to_send.push((m.key().unwrap_or_default().to_vec(), payload.to_vec()));
         }
+        if !remaining.is_empty() {
+            return Err(TransientError::Kafka(format!(
+                "partitions {:?} were not read to their end within 300 s; nothing was re-published (rerun with a narrower range)",
+                remaining.keys().collect::<Vec<_>>()
+            ))
+            .into());
+        }
         Ok((summary, to_send))
     })?;
     let mut summary = summary;

@@ -115,5 +115,24 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
     let (code, _, err) = block(|| replay(&cfg, &["--from", &start, "--table", "nope.nope"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--table") && err.contains("nope.nope"), "{err}");
+    let (code, _, err) = block(|| replay(&cfg, &["--from", "mysql-bin.000001:500", "--to", "mysql-bin.000001:400"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--to"), "{err}");
+    let sid = env.server_id.to_string();
+    let (code, _, err) = block(|| replay(&cfg, &["--from", &start, "--server-id", &sid]));
+    assert_eq!(code, 2, "replay must not take the live run's server_id: {err}");
+
+    // After a RENAME of a mapped table the checkpoint records it; replay asks which names
+    // apply at --from.
+    let vr = env.exec_v("RENAME TABLE tags TO tags2").await;
+    let v5 = env.exec_v("INSERT INTO items VALUES (5, 50)").await;
+    assert_eq!(block(|| r.wait_version(&k(5), v5)), v5);
+    let _ = vr;
     run.stop().await;
+    let (code, _, err) = block(|| replay(&cfg, &["--from", &start, "--dry-run"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--renames") && err.contains(".tags2"), "{err}");
+    let (code, lines, err) = block(|| replay(&cfg, &["--from", &start, "--dry-run", "--renames", "none"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(lines.last().unwrap()["key_changes"].as_u64().unwrap() >= 7, "{:?}", lines.last());
 }
