@@ -277,9 +277,9 @@ fn render(t: &KeyTemplate, row: &Row) -> Option<String> {
 }
 
 fn payload_of(row: &Row, columns: Option<&[String]>, json_columns: &[String], table: &str) -> String {
-    let mut m = match columns {
-        None if json_columns.is_empty() => return serde_json::to_string(row).expect("row serializes"),
-        None => row.clone(),
+    let picked;
+    let m: &Row = match columns {
+        None => row,
         Some(cols) => {
             let mut m = serde_json::Map::new();
             for c in cols {
@@ -287,20 +287,36 @@ fn payload_of(row: &Row, columns: Option<&[String]>, json_columns: &[String], ta
                     m.insert(c.clone(), v.clone());
                 }
             }
-            m
+            picked = m;
+            &picked
         }
     };
-    // JSON stored as text (MariaDB): the document itself, like MySQL's binary JSON.
-    for c in json_columns {
-        if let Some(v @ Json::String(_)) = m.get_mut(c) {
-            let Json::String(text) = &*v else { unreachable!() };
-            match serde_json::from_str::<Json>(text) {
-                Ok(doc) => *v = doc,
-                Err(e) => tracing::warn!(table, column = %c, error = %e, "value of a JSON column is not JSON; kept as text"),
-            }
+    if json_columns.is_empty() {
+        return serde_json::to_string(m).expect("row serializes");
+    }
+    // JSON stored as text (MariaDB): the document itself, like MySQL's binary JSON, embedded
+    // exactly as stored (numbers keep every digit and their scale; nothing is re-encoded).
+    let mut out = String::with_capacity(256);
+    out.push('{');
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(k).expect("key serializes"));
+        out.push(':');
+        match v {
+            Json::String(text) if json_columns.iter().any(|c| c == k) => match serde_json::from_str::<&serde_json::value::RawValue>(text) {
+                Ok(raw) => out.push_str(raw.get()),
+                Err(e) => {
+                    tracing::warn!(table, column = %k, error = %e, "value of a JSON column is not JSON; kept as text");
+                    out.push_str(&serde_json::to_string(v).expect("value serializes"));
+                }
+            },
+            _ => out.push_str(&serde_json::to_string(v).expect("value serializes")),
         }
     }
-    serde_json::to_string(&m).expect("row serializes")
+    out.push('}');
+    out
 }
 
 #[cfg(test)]
