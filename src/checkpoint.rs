@@ -120,7 +120,7 @@ impl CheckpointStoreImpl {
             CheckpointStoreImpl::File { path } => match tokio::fs::read_to_string(&*path).await {
                 Ok(t) => Some(t),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(TransientError::Checkpoint(format!("{loc}: {e}")).into()),
+                Err(e) => return Err(file_error(&loc, e)),
             },
         };
         match text {
@@ -157,10 +157,23 @@ impl CheckpointStoreImpl {
                 tokio::task::spawn_blocking(move || write_atomically(&path, text.as_bytes()))
                     .await
                     .expect("checkpoint write task")
-                    .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
+                    .map_err(|e| file_error(&loc, e))?
             }
         }
         Ok(())
+    }
+}
+
+/// A file store error: a path that can never work (permission denied, a parent that is a file,
+/// a read-only file system) is a definite configuration error naming `checkpoint.path`;
+/// anything else (disk full, I/O) is retried.
+fn file_error(loc: &str, e: std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        PermissionDenied | NotADirectory | ReadOnlyFilesystem | IsADirectory | InvalidFilename => {
+            DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: "checkpoint.path".into(), reason: format!("{loc}: {e}") }).into()
+        }
+        _ => TransientError::Checkpoint(format!("{loc}: {e}")).into(),
     }
 }
 

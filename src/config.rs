@@ -167,6 +167,10 @@ pub struct KafkaConfig {
     /// Partitions of a topic binval creates. Default 3.
     #[serde(default = "default_partitions")]
     pub partitions: i32,
+    /// Replication factor of a topic binval creates. Default 1 (a single test broker); set 3
+    /// (or your cluster's usual) in production, or create the topic yourself.
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i32,
     /// Extra librdkafka producer settings, e.g. `"linger.ms" = "5"`. binval always sets
     /// `enable.idempotence=true` and `acks=all`.
     #[serde(default)]
@@ -295,6 +299,9 @@ fn default_start() -> String {
 }
 fn default_reconnect_max_ms() -> u64 {
     30_000
+}
+fn default_replication_factor() -> i32 {
+    1
 }
 fn default_lease_ms() -> u64 {
     5000
@@ -437,6 +444,9 @@ impl Config {
         {
             // Kafka topic names: [a-zA-Z0-9._-], at most 249 characters (Kafka docs, topic naming).
             return Err(bad("kafka.topic".into(), format!("`{}` is not a legal Kafka topic name ([a-zA-Z0-9._-], 1..249 chars)", self.kafka.topic)));
+        }
+        if self.kafka.replication_factor < 1 {
+            return Err(bad("kafka.replication_factor".into(), "must be >= 1".into()));
         }
         if self.kafka.partitions < 1 {
             return Err(bad("kafka.partitions".into(), "must be >= 1".into()));

@@ -38,7 +38,7 @@ pub enum DefiniteError {
     #[error("source setting {setting} is {found:?}, binval needs {want}: set `{setting}={want}` in the server configuration (my.cnf [mysqld]) or SET GLOBAL {setting}='{want}', then restart binval")]
     SourceSetting { setting: &'static str, found: String, want: &'static str },
     /// The start position is no longer (or never was) in the primary's binlog.
-    #[error("the source no longer has binlog position {position}: {message}. Changes since then cannot be replayed: delete the cached keys of the mapped tables (they may be stale), then choose a newer start (source.start) or delete the checkpoint to start at the current position; binval never silently starts from now")]
+    #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end. For `run`: the checkpoint (if one exists) wins over source.start, so delete it (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file) and set source.start to a position the server has; changes in between are not replayed, so delete the cached keys of the mapped tables first. binval never silently starts from now")]
     PositionGone { position: String, message: String },
     /// A row could not be decoded exactly.
     #[error("at binlog position {position}: {source}")]

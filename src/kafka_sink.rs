@@ -40,7 +40,7 @@ impl KafkaSink {
         cc.set("enable.idempotence", "true").set("acks", "all");
         let producer: FutureProducer = cc.create().map_err(|e| TransientError::Kafka(format!("producer: {e}")))?;
         if cfg.create_topic {
-            ensure_topic(&cc, &cfg.topic, cfg.partitions).await?;
+            ensure_topic(&cc, &cfg.topic, cfg.partitions, cfg.replication_factor).await?;
         }
         // Fail early (and retry) when no broker answers.
         let p = producer.clone();
@@ -95,10 +95,10 @@ impl KafkaSink {
     }
 }
 
-async fn ensure_topic(cc: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
+async fn ensure_topic(cc: &ClientConfig, topic: &str, partitions: i32, replication: i32) -> Result<(), Error> {
     let admin: AdminClient<DefaultClientContext> =
         cc.create().map_err(|e| TransientError::Kafka(format!("admin client: {e}")))?;
-    let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let res = admin
         .create_topics([&nt], &opts)

@@ -136,7 +136,14 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
     let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
     store.set_token(lease.token);
     let saved = store.load().await?;
-    let kafka = Arc::new(KafkaSink::connect(&cfg.kafka).await?);
+    // Connecting can take long while the broker is down: a shutdown must not wait for it.
+    let kafka = {
+        let mut sd = shutdown.clone();
+        tokio::select! {
+            k = KafkaSink::connect(&cfg.kafka) => Arc::new(k?),
+            _ = sd.wait_for(|v| *v) => return Ok(()),
+        }
+    };
 
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;

@@ -94,11 +94,12 @@ fn purged_start_position_is_a_clear_error() {
     let p = write_config("purged", &env.config_toml("mysql-bin.999999:4", MAPPING));
     let (code, out) = run_to_end(&["run"], &p);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("mysql-bin.999999:4") && out.contains("no longer has"), "{out}");
-    assert!(out.contains("bootstrap") || out.contains("newer start"), "says what to do: {out}");
+    assert!(out.contains("mysql-bin.999999:4") && out.contains("does not have"), "{out}");
+    assert!(out.contains("delete it") && out.contains("source.start"), "says what to do: {out}");
     // The bad start was not pinned as a checkpoint: fixing source.start is enough.
     let fixed = write_config("purged", &env.config_toml("current", MAPPING));
     let mut child = binval().arg("run").arg("--config").arg(&fixed).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let _reap = KillOnPanic(child.id());
     std::thread::sleep(Duration::from_millis(1500));
     assert!(child.try_wait().unwrap().is_none(), "runs with the corrected start");
     Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
@@ -120,6 +121,7 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let p = write_config("sigterm", &text);
     let log = std::fs::File::create(tk::state_root().join(format!("{}.log", env.prefix))).unwrap();
     let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
+    let _reap = KillOnPanic(child.id());
     tk::mariadb().sql(&format!("INSERT INTO `{}`.items VALUES (1, 1), (2, 2)", env.db)).unwrap();
     let mut r = env.redis_client();
     assert!(r.wait_version(&format!("{}:item:2", env.prefix), 1) >= 1);
@@ -160,4 +162,14 @@ fn http_get(port: u16, path: &str) -> String {
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
+}
+
+#[test]
+fn an_unusable_checkpoint_path_is_a_config_error_not_a_retry_loop() {
+    let env = Env::new("cppath", RedisKind::Standalone);
+    let text = env.config_toml("current", MAPPING).replace("[checkpoint]\n", "[checkpoint]\nstore = \"file\"\npath = \"/etc/hostname/cp.json\"\n");
+    let p = write_config("cppath", &text);
+    let (code, out) = run_to_end(&["run"], &p);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("checkpoint.path") && out.contains("/etc/hostname/cp.json"), "{out}");
 }

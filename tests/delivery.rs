@@ -140,6 +140,22 @@ fn writer(db: String, stop: Arc<AtomicBool>, seed: u64) -> std::thread::JoinHand
     })
 }
 
+/// Processes started by `binval_child` in this test process, killed if a test panics.
+static CHILDREN: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+struct ReapOnPanic;
+impl Drop for ReapOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for pid in CHILDREN.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
 fn binval_child(cfg: &std::path::Path, kill_at: Option<&str>, log: &std::path::Path) -> Child {
     let mut c = Command::new(env!("CARGO_BIN_EXE_binval"));
     c.arg("run").arg("--config").arg(cfg).env("RUST_LOG", "binval=info").stdout(Stdio::null());
@@ -147,7 +163,9 @@ fn binval_child(cfg: &std::path::Path, kill_at: Option<&str>, log: &std::path::P
     if let Some(k) = kill_at {
         c.env("BINVAL_KILL_AT", k);
     }
-    c.spawn().unwrap()
+    let child = c.spawn().unwrap();
+    CHILDREN.lock().unwrap().push(child.id());
+    child
 }
 
 fn signal(child: &Child, sig: i32) {
@@ -261,6 +279,7 @@ fn write_config(env: &Env, start: &str, lease_ms: u64) -> std::path::PathBuf {
 #[test]
 fn kill_9_at_crash_points_loses_nothing_and_never_regresses() {
     let rounds: usize = std::env::var("BINVAL_KILL_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let _reap = ReapOnPanic;
     let env = Env::new("kill9", RedisKind::Cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
@@ -321,6 +340,7 @@ fn count_in(log: &std::path::Path, needle: &str) -> usize {
 
 #[test]
 fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_write() {
+    let _reap = ReapOnPanic;
     let env = Env::new("ha", RedisKind::Cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));

@@ -263,3 +263,17 @@ pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
     }
     out
 }
+
+/// Kills process `pid` (SIGKILL) if the test panics while it may still run, so a failed
+/// assertion never leaves a `binval` child behind.
+pub struct KillOnPanic(pub u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            unsafe {
+                libc::kill(self.0 as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+}
