@@ -156,13 +156,22 @@ impl Mapper {
         self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
     }
 
-    /// Columns the key templates of `table` use that `has_column` does not know.
-    pub fn missing_key_columns(&self, table: &str, has_column: impl Fn(&str) -> bool) -> Vec<String> {
-        let Some(r) = self.rules.get(table) else { return Vec::new() };
-        let mut out: Vec<String> = r.templates.iter().flat_map(|t| t.columns()).filter(|c| !has_column(c)).map(String::from).collect();
-        out.sort();
-        out.dedup();
-        out
+    /// The first row of `rows` whose image lacks a column the key templates of its table use,
+    /// as (table, missing columns). With the FULL row image binval requires, a missing column
+    /// means the table no longer has it (renamed or dropped): every row would map to no key and
+    /// invalidation would stop silently.
+    pub fn missing_key_columns(&self, rows: &[RowChange]) -> Option<(String, Vec<String>)> {
+        for row in rows {
+            let Some(r) = self.rules.get(&*row.table) else { continue };
+            let Some(image) = row.after.as_ref().or(row.before.as_ref()) else { continue };
+            let mut missing: Vec<String> = r.templates.iter().flat_map(|t| t.columns()).filter(|c| !image.contains_key(*c)).map(String::from).collect();
+            if !missing.is_empty() {
+                missing.sort();
+                missing.dedup();
+                return Some((row.table.to_string(), missing));
+            }
+        }
+        None
     }
 
     /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see

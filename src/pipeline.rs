@@ -310,6 +310,17 @@ async fn apply_loop(
 ) -> Result<(), Error> {
     let mut changes: Vec<KeyChange> = Vec::new();
     while let Some(txn) = rx.recv().await {
+        if let Some((table, missing)) = mapper.missing_key_columns(&txn.rows) {
+            return Err(DefiniteError::MappingBroken {
+                table,
+                position: txn.position.to_string(),
+                message: format!(
+                    "key column(s) {} are not in the row image (renamed or dropped by ALTER TABLE, or a session wrote a MINIMAL/NOBLOB row image): its keys would no longer be written or invalidated. Change the mapping's keys (or the writer's binlog_row_image), then restart",
+                    missing.join(", ")
+                ),
+            }
+            .into());
+        }
         changes.clear();
         mapper.map_rows(&txn.rows, &mut changes);
         collapse_per_key(&mut changes);

@@ -270,6 +270,14 @@ pub async fn run(
                 continue;
             }
             summary.transactions += 1;
+            if let Some((table, missing)) = mapper.missing_key_columns(&txn.rows) {
+                return Err(DefiniteError::MappingBroken {
+                    table,
+                    position: txn.position.to_string(),
+                    message: format!("key column(s) {} are not in the row image (renamed or dropped, or a MINIMAL/NOBLOB row image)", missing.join(", ")),
+                }
+                .into());
+            }
             changes.clear();
             mapper.map_rows(&txn.rows, &mut changes);
             collapse_per_key(&mut changes);

@@ -435,20 +435,6 @@ async fn read_once(
                             // A renamed mapped table: its rows go on under the configured rule.
                             schema.name = Arc::from(configured.as_str());
                         }
-                        // A key column renamed or dropped by ALTER TABLE would make every row
-                        // of the table map to no key: invalidation would stop silently.
-                        let missing = mapper.missing_key_columns(&configured, |c| schema.columns.iter().any(|col| &*col.name == c));
-                        if !missing.is_empty() {
-                            return Err(DefiniteError::MappingBroken {
-                                table: configured.clone(),
-                                position: at(),
-                                message: format!(
-                                    "key column(s) {} are not in the table any more (renamed or dropped by ALTER TABLE?): its keys would no longer be written or invalidated. Change the mapping's keys, then restart",
-                                    missing.join(", ")
-                                ),
-                            }
-                            .into());
-                        }
                         tables.insert(id, Arc::new(schema));
                     }
                 } else {
