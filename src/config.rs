@@ -21,6 +21,32 @@ pub enum ConfigError {
     Invalid { path: String, field: String, reason: String },
 }
 
+/// The config crate names enums by their Rust type and joins array keys without a dot
+/// (`mappings[0]mode`): say which values are allowed, and write the field as in the file.
+fn explain(message: &str) -> String {
+    const ALLOWED: &[(&str, &str)] = &[
+        ("RedisMode", "\"standalone\" or \"cluster\""),
+        ("MappingMode", "\"write-through\" or \"invalidate\""),
+        ("CheckpointStore", "\"redis\" or \"file\""),
+        ("FenceMode", "\"auto\", \"gtid\" or \"file_pos\""),
+    ];
+    let mut out = message.to_string();
+    for (ty, allowed) in ALLOWED {
+        if out.contains(&format!("enum {ty} ")) {
+            out = format!("{out} (allowed values: {allowed})");
+        }
+    }
+    let mut fixed = String::with_capacity(out.len());
+    let mut chars = out.chars().peekable();
+    while let Some(c) = chars.next() {
+        fixed.push(c);
+        if c == ']' && chars.peek().is_some_and(|n| n.is_ascii_alphabetic()) {
+            fixed.push('.');
+        }
+    }
+    fixed
+}
+
 fn at_path(path: &str) -> String {
     if path.is_empty() {
         String::new()
@@ -386,7 +412,7 @@ impl Config {
             )
             .build()
             .map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
-        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
+        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: p.clone(), message: explain(&e.to_string()) })?;
         c.validate(&p)?;
         Ok(c)
     }
@@ -397,7 +423,7 @@ impl Config {
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
             .map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
-        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
+        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: explain(&e.to_string()) })?;
         c.validate("<inline>")?;
         Ok(c)
     }
@@ -508,6 +534,12 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enum_errors_list_the_allowed_values() {
+        let e = Config::from_toml(&OK.replace("mode = \"standalone\"", "mode = \"sentinel\"")).unwrap_err().to_string();
+        assert!(e.contains("\"standalone\" or \"cluster\""), "{e}");
+    }
 
     #[test]
     fn shipped_configs_load_and_validate() {
