@@ -281,6 +281,26 @@ async fn check(cfg: Config) -> Result<(), Error> {
         .await
         .map_err(|e| binval::error::TransientError::Redis(e.to_string()))?;
     println!("redis: {pong}");
+    // Where `run` would start: the checkpoint (it must be readable), else source.start (its
+    // binlog file must still exist on the source).
+    let mut store = binval::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+    match store.load().await? {
+        Some(cp) => println!("checkpoint: {}:{} in {} (run resumes there; source.start is ignored)", cp.file, cp.pos, store.location()),
+        None => {
+            if let Ok(binval::config::StartPosition::FilePos { file, pos }) = binval::config::StartPosition::parse(&cfg.source.start) {
+                let mut conn = binval::source::connect(&cfg.source).await?;
+                let logs = binval::source::binary_logs(&mut conn).await?;
+                if !logs.contains(&file) {
+                    return Err(binval::error::DefiniteError::PositionGone {
+                        position: format!("{file}:{pos}"),
+                        message: format!("source.start names file {file}, which is not among the server's binary logs ({})", logs.join(", ")),
+                    }
+                    .into());
+                }
+            }
+            println!("checkpoint: none in {}; run starts at source.start = {}", store.location(), cfg.source.start);
+        }
+    }
     // Read-only: check never creates the topic (run does, when kafka.create_topic is true).
     let mut kc = cfg.kafka.clone();
     kc.create_topic = false;

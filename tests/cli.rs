@@ -92,6 +92,10 @@ fn check_names_mapping_problems_against_the_schema() {
 fn purged_start_position_is_a_clear_error() {
     let env = Env::new("purged", RedisKind::Standalone);
     let p = write_config("purged", &env.config_toml("mysql-bin.999999:4", MAPPING));
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    let (code, out) = run_to_end(&["check"], &p);
+    assert_eq!(code, 1, "check finds the missing start file too: {out}");
+    assert!(out.contains("mysql-bin.999999:4"), "{out}");
     let (code, out) = run_to_end(&["run"], &p);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("mysql-bin.999999:4") && out.contains("does not have"), "{out}");
