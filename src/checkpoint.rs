@@ -171,7 +171,7 @@ fn file_error(loc: &str, e: std::io::Error) -> Error {
     use std::io::ErrorKind::*;
     match e.kind() {
         PermissionDenied | NotADirectory | ReadOnlyFilesystem | IsADirectory | InvalidFilename => {
-            DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: "checkpoint.path".into(), reason: format!("{loc}: {e}") }).into()
+            Error::config("checkpoint.path", format!("{loc}: {e}"))
         }
         _ => TransientError::Checkpoint(format!("{loc}: {e}")).into(),
     }

@@ -22,6 +22,12 @@ pub enum Error {
 }
 
 impl Error {
+    /// A definite configuration error: `field` (a config field such as `redis.urls[0]`, or a
+    /// command-line flag such as `--from`) cannot be used, because of `reason`. Exit code 2.
+    pub fn config(field: impl Into<String>, reason: impl Into<String>) -> Error {
+        DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason: reason.into() }).into()
+    }
+
     /// True when the failure may go away by itself.
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Transient(_))

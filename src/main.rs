@@ -197,31 +197,28 @@ async fn replay(
     renames_from_checkpoint: Option<bool>,
 ) -> Result<(), Error> {
     use binval::replay::{ReplayArgs, ReplayPoint};
-    let arg = |field: &str, reason: String| -> Error {
-        binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
-    };
-    let from = ReplayPoint::parse("--from", &from).map_err(|r| arg("--from", r))?;
-    let to = to.map(|t| ReplayPoint::parse("--to", &t)).transpose().map_err(|r| arg("--to", r))?;
+    let from = ReplayPoint::parse("--from", &from).map_err(|r| Error::config("--from", r))?;
+    let to = to.map(|t| ReplayPoint::parse("--to", &t)).transpose().map_err(|r| Error::config("--to", r))?;
     if rate == Some(0) {
-        return Err(arg("--rate", "must be at least 1 key change per second".into()));
+        return Err(Error::config("--rate", "must be at least 1 key change per second"));
     }
     if server_id == Some(cfg.source.server_id) {
-        return Err(arg("--server-id", format!("{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them", cfg.source.server_id)));
+        return Err(Error::config("--server-id", format!("{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them", cfg.source.server_id)));
     }
     if let (ReplayPoint::FilePos(a), Some(ReplayPoint::FilePos(b))) = (&from, &to) {
         let idx = |f: &str| f.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
         if (idx(&b.file), b.pos) < (idx(&a.file), a.pos) {
-            return Err(arg("--to", format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos)));
+            return Err(Error::config("--to", format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos)));
         }
     }
     if let (ReplayPoint::Gtid { domain: d1, seq: s1, .. }, Some(ReplayPoint::Gtid { domain: d2, seq: s2, .. })) = (&from, &to) {
         if d1 == d2 && s2 < s1 {
-            return Err(arg("--to", format!("gtid {d2}-?-{s2} is before --from (sequence {s1})")));
+            return Err(Error::config("--to", format!("gtid {d2}-?-{s2} is before --from (sequence {s1})")));
         }
     }
     if let (ReplayPoint::Time(a), Some(ReplayPoint::Time(b))) = (&from, &to) {
         if b < a {
-            return Err(arg("--to", "the end time is before --from".into()));
+            return Err(Error::config("--to", "the end time is before --from"));
         }
     }
     let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress, renames_from_checkpoint };
@@ -238,20 +235,17 @@ async fn replay(
 
 async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool) -> Result<(), Error> {
     use binval::republish::RepublishFrom;
-    let arg = |field: &str, reason: String| -> Error {
-        binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
-    };
-    let from = RepublishFrom::parse(&from).map_err(|r| arg("--from", r))?;
+    let from = RepublishFrom::parse(&from).map_err(|r| Error::config("--from", r))?;
     let to = match to {
         Some(t) => match RepublishFrom::parse(&t) {
             Ok(RepublishFrom::Time(ms)) => Some(ms),
-            _ => return Err(arg("--to", format!("`{t}`: expected a UTC date-time"))),
+            _ => return Err(Error::config("--to", format!("`{t}`: expected a UTC date-time"))),
         },
         None => None,
     };
     if let (RepublishFrom::Time(a), Some(b)) = (&from, to) {
         if b < *a {
-            return Err(arg("--to", "the end time is before --from".into()));
+            return Err(Error::config("--to", "the end time is before --from"));
         }
     }
     let summary = binval::republish::run(&cfg, &from, to, dry_run).await?;
@@ -268,12 +262,7 @@ async fn check(cfg: Config) -> Result<(), Error> {
         println!("mapping problem: {p}");
     }
     if !problems.is_empty() {
-        return Err(binval::error::DefiniteError::Config(binval::config::ConfigError::Invalid {
-            path: String::new(),
-            field: "mappings".into(),
-            reason: format!("{} problem(s) against the source schema (listed above)", problems.len()),
-        })
-        .into());
+        return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.len())));
     }
     let mut redis = binval::redis_sink::RedisConn::connect(&cfg.redis).await?;
     let pong: String = redis

@@ -69,9 +69,7 @@ pub struct Stats {
 /// Run until `shutdown` becomes true (then drain, save the checkpoint and return `Ok`) or a
 /// definite error.
 pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>) -> Result<(), Error> {
-    let mapper = Arc::new(Mapper::new(&cfg.mappings).map_err(|e| {
-        DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: "mappings".into(), reason: e.to_string() })
-    })?);
+    let mapper = Arc::new(Mapper::new(&cfg.mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(Duration::from_millis(200))
         .with_max_interval(Duration::from_millis(cfg.source.reconnect_max_ms))

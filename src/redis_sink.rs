@@ -53,13 +53,7 @@ impl RedisConn {
         let timeout = Duration::from_millis(cfg.timeout_ms);
         match cfg.mode {
             RedisMode::Standalone => {
-                let client = redis::Client::open(cfg.urls[0].as_str()).map_err(|e| {
-                    DefiniteError::Config(crate::config::ConfigError::Invalid {
-                        path: String::new(),
-                        field: "redis.urls[0]".into(),
-                        reason: e.to_string(),
-                    })
-                })?;
+                let client = redis::Client::open(cfg.urls[0].as_str()).map_err(|e| Error::config("redis.urls[0]", e.to_string()))?;
                 let mc = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(timeout))
                     .set_connection_timeout(Some(timeout))
@@ -408,12 +402,7 @@ fn replica_args(ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms
 }
 
 fn mode_mismatch(mode: &str, what: &str) -> Error {
-    DefiniteError::Config(crate::config::ConfigError::Invalid {
-        path: String::new(),
-        field: "redis.mode".into(),
-        reason: format!("mode is {mode} but the server {what}"),
-    })
-    .into()
+    Error::config("redis.mode", format!("mode is {mode} but the server {what}"))
 }
 
 fn transient(e: RedisError) -> Error {

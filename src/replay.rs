@@ -38,7 +38,7 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::fence::FenceRule;
 use crate::kafka_sink::KafkaSink;
@@ -163,12 +163,12 @@ pub async fn run(
         for t in &args.tables {
             if !cfg.mappings.iter().any(|m| &m.table == t) {
                 let known: Vec<&str> = cfg.mappings.iter().map(|m| m.table.as_str()).collect();
-                return Err(arg_error("--table", format!("`{t}` is not a mapped table (mapped: {})", known.join(", "))));
+                return Err(Error::config("--table", format!("`{t}` is not a mapped table (mapped: {})", known.join(", "))));
             }
         }
         cfg.mappings.iter().filter(|m| args.tables.contains(&m.table)).cloned().collect()
     };
-    let mapper = Arc::new(Mapper::new(&mappings).map_err(|e| arg_error("mappings", e.to_string()))?);
+    let mapper = Arc::new(Mapper::new(&mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
 
     let mut conn = source::connect(&cfg.source).await?;
     let info = source::preflight(&mut conn).await?;
@@ -215,7 +215,7 @@ pub async fn run(
             (false, Some(true)) => renamed,
             (false, None) => {
                 let list: Vec<String> = renamed.0.iter().map(|(k, v)| format!("{k} -> {}", v.as_deref().unwrap_or("(unmapped)"))).collect();
-                return Err(arg_error(
+                return Err(Error::config(
                     "--renames",
                     format!(
                         "the checkpoint of source {} records renamed mapped tables ({}); say whether they happened before --from: --renames checkpoint (yes) or --renames none (no, use the configured names)",
@@ -387,10 +387,6 @@ pub async fn run(
     Ok(summary)
 }
 
-fn arg_error(field: &str, reason: String) -> Error {
-    DefiniteError::Config(ConfigError::Invalid { path: String::new(), field: field.into(), reason }).into()
-}
-
 async fn current_token(redis: &RedisConn, fence_key: &str) -> Result<u64, Error> {
     let mut c = redis.clone();
     let t: Option<u64> = c.query(redis::cmd("GET").arg(fence_key)).await.map_err(|e| TransientError::Redis(format!("GET {fence_key}: {e}")))?;
@@ -459,7 +455,7 @@ async fn caught_up(cfg: &crate::config::SourceConfig, last: Option<&SourcePositi
 /// The newest binlog file whose first event was written at or before `ms` (else the oldest).
 async fn file_for_time(cfg: &crate::config::SourceConfig, logs: &[String], ms: u64) -> Result<String, Error> {
     use futures::StreamExt;
-    let mut chosen = logs.first().cloned().ok_or_else(|| arg_error("--from", "the server has no binary logs".into()))?;
+    let mut chosen = logs.first().cloned().ok_or_else(|| Error::config("--from", "the server has no binary logs"))?;
     for f in logs {
         let conn = source::connect(cfg).await?;
         let name = f.clone().into_bytes();

@@ -22,8 +22,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use crate::config::{Config, ConfigError};
-use crate::error::{DefiniteError, Error, TransientError};
+use crate::config::Config;
+use crate::error::{Error, TransientError};
 use crate::kafka_sink::KafkaSink;
 
 /// Where re-publishing starts.
@@ -84,7 +84,7 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
         let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
         let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
         if partitions.is_empty() {
-            return Err(DefiniteError::Config(ConfigError::Invalid { path: String::new(), field: "kafka.topic".into(), reason: format!("topic {topic} has no partitions (does it exist?)") }).into());
+            return Err(Error::config("kafka.topic", format!("topic {topic} has no partitions (does it exist?)")));
         }
         let mut ends = std::collections::BTreeMap::new();
         for &p in &partitions {
@@ -118,7 +118,7 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
             RepublishFrom::Offsets(v) => {
                 for (p, o) in v {
                     if !partitions.contains(p) {
-                        return Err(DefiniteError::Config(ConfigError::Invalid { path: String::new(), field: "--from".into(), reason: format!("topic {topic} has no partition {p} (partitions: {partitions:?})") }).into());
+                        return Err(Error::config("--from", format!("topic {topic} has no partition {p} (partitions: {partitions:?})")));
                     }
                     tpl.add_partition_offset(&topic, *p, Offset::Offset(*o)).expect("valid partition");
                 }

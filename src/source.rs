@@ -79,13 +79,7 @@ pub struct ServerInfo {
 
 /// Connect with the configured URL.
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
-    let opts = Opts::from_url(&cfg.url).map_err(|e| {
-        DefiniteError::Config(crate::config::ConfigError::Invalid {
-            path: String::new(),
-            field: "source.url".into(),
-            reason: e.to_string(),
-        })
-    })?;
+    let opts = Opts::from_url(&cfg.url).map_err(|e| Error::config("source.url", e.to_string()))?;
     Conn::new(opts).await.map_err(|e| classify_mysql(e, "connect"))
 }
 
