@@ -150,10 +150,10 @@ impl Mapper {
         self.rules.contains_key(&format!("{schema}.{table}"))
     }
 
-    /// The key templates, replica count and replica TTL (s) of mapped table `table`
+    /// The configured name, key templates and replica count of mapped table `table`
     /// (`schema.table`), for table-wide invalidation.
-    pub fn templates_of(&self, table: &str) -> Option<(&[KeyTemplate], u32, u64)> {
-        self.rules.get(table).map(|r| (r.templates.as_slice(), r.replicas, r.ttl_secs))
+    pub fn templates_of(&self, table: &str) -> Option<(&str, &[KeyTemplate], u32)> {
+        self.rules.get(table).map(|r| (&*r.table, r.templates.as_slice(), r.replicas))
     }
 
     /// The first row of `rows` whose image lacks a column the key templates of its table use,

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backoff::backoff::Backoff;
-use binval_protocol::{InvalidationEvent, SourcePosition, EVENT_SCHEMA_VERSION};
+use binval_protocol::SourcePosition;
 use rdkafka::producer::DeliveryFuture;
 use tokio::sync::{mpsc, watch, Mutex};
 
@@ -334,16 +334,7 @@ async fn apply_loop(
             }
             for (ch, a) in changes.iter().zip(applied) {
                 crate::failpoint::hit("kafka.before_enqueue");
-                let ev = InvalidationEvent {
-                    schema: EVENT_SCHEMA_VERSION,
-                    key: ch.key.clone(),
-                    version: a.version,
-                    op: ch.op,
-                    table: ch.table.to_string(),
-                    position: txn.position.clone(),
-                    commit_time_ms: txn.commit_time_ms,
-                    publish_time_ms: crate::now_ms(),
-                };
+                let ev = txn.event(&ch.key, a.version, ch.op, &ch.table);
                 deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
             }
             stats.key_changes.fetch_add(changes.len() as u64, Relaxed);
@@ -351,25 +342,12 @@ async fn apply_loop(
             metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
         }
         // TRUNCATE / DROP TABLE / partition operations on mapped tables: every key of the
-        // table is stale at this position.
-        for table in &txn.invalidate_tables {
-            let Some((templates, replicas, _)) = mapper.templates_of(table) else { continue };
+        // table is stale at this position; one `truncate` event per key template.
+        if !txn.invalidate_tables.is_empty() {
             let w = WriteCtx { position: base.fence.position(&txn.position)?, token: base.token, tombstone_ttl_ms: base.tombstone_ttl_ms };
-            let table_arc: Arc<str> = Arc::from(table.as_str());
-            for t in templates {
-                let n = redis.invalidate_template(t, replicas, &table_arc, &w).await?;
-                tracing::info!(table = %table, template = %t, keys = n, position = %txn.position, "table-wide DDL: every key of the template marked stale");
+            for (table, t) in redis.invalidate_tables(&mapper, &txn.invalidate_tables, &w).await? {
                 crate::failpoint::hit("kafka.before_enqueue");
-                let ev = InvalidationEvent {
-                    schema: EVENT_SCHEMA_VERSION,
-                    key: t.as_str().to_string(),
-                    version: w.position.0,
-                    op: binval_protocol::Op::Truncate,
-                    table: table.clone(),
-                    position: txn.position.clone(),
-                    commit_time_ms: txn.commit_time_ms,
-                    publish_time_ms: crate::now_ms(),
-                };
+                let ev = txn.event(t.as_str(), w.position.0, binval_protocol::Op::Truncate, table);
                 deliveries.push((t.as_str().to_string(), kafka.enqueue(&ev).await?));
             }
         }

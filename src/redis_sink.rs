@@ -33,7 +33,7 @@ use redis::{AsyncCommands, RedisError};
 
 use crate::config::{RedisConfig, RedisMode};
 use crate::error::{DefiniteError, Error, TransientError};
-use crate::mapping::KeyChange;
+use crate::mapping::{KeyChange, Mapper};
 
 /// How many keys of one transaction are written concurrently.
 const KEY_CONCURRENCY: usize = 64;
@@ -260,6 +260,23 @@ impl RedisConn {
             self.apply_all(&changes, w).await?;
         }
         Ok(n)
+    }
+
+    /// Mark every key of the mapped tables `tables` stale ([`RedisConn::invalidate_template`]
+    /// for each of their key templates). Returns the (table, template) pairs done, for the
+    /// caller's `truncate` events.
+    pub async fn invalidate_tables<'m>(&self, mapper: &'m Mapper, tables: &[String], w: &WriteCtx) -> Result<Vec<(&'m str, &'m KeyTemplate)>, Error> {
+        let mut done = Vec::new();
+        for table in tables {
+            let Some((name, templates, replicas)) = mapper.templates_of(table) else { continue };
+            let table_arc: Arc<str> = Arc::from(name);
+            for t in templates {
+                let n = self.invalidate_template(t, replicas, &table_arc, w).await?;
+                tracing::info!(table = %name, template = %t, keys = n, position = %w.position, "table-wide DDL: every key of the template marked stale");
+                done.push((name, t));
+            }
+        }
+        Ok(done)
     }
 
     /// A plain connection to every Cluster master (SCAN runs per node).

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use binval_protocol::{InvalidationEvent, SourcePosition, EVENT_SCHEMA_VERSION};
+use binval_protocol::SourcePosition;
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -331,16 +331,7 @@ pub async fn run(
                             continue;
                         }
                         summary.changed += 1;
-                        let ev = InvalidationEvent {
-                            schema: EVENT_SCHEMA_VERSION,
-                            key: ch.key.clone(),
-                            version: a.version,
-                            op: ch.op,
-                            table: ch.table.to_string(),
-                            position: txn.position.clone(),
-                            commit_time_ms: txn.commit_time_ms,
-                            publish_time_ms: crate::now_ms(),
-                        };
+                        let ev = txn.event(&ch.key, a.version, ch.op, &ch.table);
                         deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
                     }
                     for (key, d) in deliveries {
@@ -356,16 +347,9 @@ pub async fn run(
             }
             // TRUNCATE / DROP TABLE in the range: mark the table's keys stale again (fenced:
             // keys changed after it keep their values). No event: the live run published it.
-            if !args.dry_run {
-                for table in &txn.invalidate_tables {
-                    let Some((templates, replicas, _)) = mapper.templates_of(table) else { continue };
-                    let w = WriteCtx { position: fence.position(&txn.position)?, token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
-                    let t: std::sync::Arc<str> = std::sync::Arc::from(table.as_str());
-                    for tpl in templates {
-                        let n = redis.invalidate_template(tpl, replicas, &t, &w).await?;
-                        tracing::info!(table = %table, template = %tpl, keys = n, "replayed a table-wide DDL");
-                    }
-                }
+            if !args.dry_run && !txn.invalidate_tables.is_empty() {
+                let w = WriteCtx { position: fence.position(&txn.position)?, token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
+                redis.invalidate_tables(&mapper, &txn.invalidate_tables, &w).await?;
             }
             progress.set_message(format!(
                 "{} transactions, {} key changes ({} changed, {} unchanged), at {}",

@@ -30,6 +30,23 @@ pub struct Transaction {
     pub table_names: Option<std::sync::Arc<crate::mapping::TableNames>>,
 }
 
+impl Transaction {
+    /// The invalidation event of one key change of this transaction (its position and commit
+    /// time; published now).
+    pub fn event(&self, key: &str, version: u64, op: binval_protocol::Op, table: &str) -> binval_protocol::InvalidationEvent {
+        binval_protocol::InvalidationEvent {
+            schema: binval_protocol::EVENT_SCHEMA_VERSION,
+            key: key.to_string(),
+            version,
+            op,
+            table: table.to_string(),
+            position: self.position.clone(),
+            commit_time_ms: self.commit_time_ms,
+            publish_time_ms: crate::now_ms(),
+        }
+    }
+}
+
 /// What the assembler was told about an event.
 #[derive(Debug)]
 pub enum Boundary {
