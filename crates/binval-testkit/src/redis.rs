@@ -58,7 +58,7 @@ impl OwnedRedis {
         let dir = new_state_dir("owned-redis")?;
         for _ in 0..3 {
             let port = free_port()?;
-            match start_persistent(&bin, &dir, port) {
+            match start_node_with(&bin, &dir, port, false, true) {
                 Ok(p) => return Ok(OwnedRedis { port, bin, dir, proc: Some(p) }),
                 Err(NodeError::PortClash(_)) => continue,
                 Err(NodeError::Other(e)) => return Err(e),
@@ -86,7 +86,7 @@ impl OwnedRedis {
         }
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match start_persistent(&self.bin, &self.dir, self.port) {
+            match start_node_with(&self.bin, &self.dir, self.port, false, true) {
                 Ok(p) => {
                     self.proc = Some(p);
                     return Ok(());
@@ -95,37 +95,6 @@ impl OwnedRedis {
                 Err(NodeError::PortClash(e)) | Err(NodeError::Other(e)) => return Err(e),
             }
         }
-    }
-}
-
-fn start_persistent(bin: &Path, dir: &Path, port: u16) -> Result<Proc, NodeError> {
-    let mut cmd = Command::new(bin);
-    cmd.args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .args(["--save", ""])
-        .args(["--appendonly", "yes"])
-        .args(["--appendfsync", "always"])
-        .args(["--daemonize", "no"])
-        .args(["--logfile", ""])
-        .arg("--dir")
-        .arg(dir)
-        .current_dir(dir);
-    let log = dir.join("redis.log");
-    let mut proc = Proc::spawn(cmd, &log).map_err(NodeError::Other)?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Some(st) = proc.try_wait() {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let e = anyhow!("redis-server on port {port} exited during start-up ({st})\n{}", tail(&log, 20));
-            return Err(if text.contains("Address already in use") { NodeError::PortClash(e) } else { NodeError::Other(e) });
-        }
-        if matches!(redis_cmd(port, "PING").as_deref(), Ok("PONG")) {
-            return Ok(proc);
-        }
-        if Instant::now() > deadline {
-            return Err(NodeError::Other(anyhow!("redis-server did not answer PING on 127.0.0.1:{port}\n{}", tail(&log, 20))));
-        }
-        thread::sleep(Duration::from_millis(20));
     }
 }
 
