@@ -205,21 +205,8 @@ async fn replay(
     if server_id == Some(cfg.source.server_id) {
         return Err(Error::config("--server-id", format!("{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them", cfg.source.server_id)));
     }
-    if let (ReplayPoint::FilePos(a), Some(ReplayPoint::FilePos(b))) = (&from, &to) {
-        let idx = |f: &str| f.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
-        if (idx(&b.file), b.pos) < (idx(&a.file), a.pos) {
-            return Err(Error::config("--to", format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos)));
-        }
-    }
-    if let (ReplayPoint::Gtid { domain: d1, seq: s1, .. }, Some(ReplayPoint::Gtid { domain: d2, seq: s2, .. })) = (&from, &to) {
-        if d1 == d2 && s2 < s1 {
-            return Err(Error::config("--to", format!("gtid {d2}-?-{s2} is before --from (sequence {s1})")));
-        }
-    }
-    if let (ReplayPoint::Time(a), Some(ReplayPoint::Time(b))) = (&from, &to) {
-        if b < a {
-            return Err(Error::config("--to", "the end time is before --from"));
-        }
+    if let Some(to) = &to {
+        ReplayPoint::check_range(&from, to).map_err(|r| Error::config("--to", r))?;
     }
     let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress, renames_from_checkpoint };
     let (tx, rx) = tokio::sync::watch::channel(false);

@@ -23,8 +23,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use binval_protocol::fence::{self, FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
-use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op, ReplicaRecord};
+use binval_protocol::fence::{self, FIELD_POSITION};
+use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
 use std::sync::Arc;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::ConnectionManager;
@@ -152,10 +152,7 @@ impl RedisConn {
             }
             RedisConn::Cluster(c) => {
                 // 1. A newer change fully applied? Then nothing to do (see binval_protocol::fence).
-                let mut vc = c.clone();
-                let ver: Option<Vec<u8>> = redis::cmd("GET").arg(&vkey).query_async(&mut vc).await.map_err(|e| classify(e, &vkey))?;
-                let ver = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey.clone(), message: m })?;
-                if ver > pos.0 {
+                if self.read_version(&ch.key).await? > pos.0 {
                     return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
                 }
                 // 2. Every replica, concurrently, each fenced on its own.
@@ -303,16 +300,27 @@ impl RedisConn {
         Ok(out)
     }
 
-    /// Read one replica record and the version token of `key` (for replay dry-runs, verify and
-    /// tests): `(version, fence position of replica r, record)`.
-    pub async fn read_replica(&self, key: &str, r: u32) -> Result<(u64, Option<u64>, ReplicaRecord), Error> {
-        let rk = replica_key(key, r);
+    /// The version token of logical key `key` (0 when never written). A token that is not a
+    /// decimal integer is a definite error naming the key.
+    pub async fn read_version(&self, key: &str) -> Result<u64, Error> {
+        let vkey = version_key(key);
         let mut c = self.clone();
-        let ver: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(version_key(key))).await.map_err(|e| classify(e, key))?;
-        let (d, p, t): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) =
-            c.query(redis::cmd("HMGET").arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE)).await.map_err(|e| classify(e, &rk))?;
-        let version = parse_version(ver.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: version_key(key), message: m })?;
-        Ok((version, p.and_then(|p| p.parse().ok()), ReplicaRecord::from_fields(d, t)))
+        let raw: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(&vkey)).await.map_err(|e| classify(e, &vkey))?;
+        parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey, message: m }.into())
+    }
+
+    /// The version token of `key` and the fence position stored in each of its `replicas`
+    /// replicas (`None`: missing), for replay dry runs.
+    pub async fn read_positions(&self, key: &str, replicas: u32) -> Result<(u64, Vec<Option<u64>>), Error> {
+        let version = self.read_version(key).await?;
+        let mut c = self.clone();
+        let mut positions = Vec::with_capacity(replicas as usize);
+        for r in 0..replicas {
+            let rk = replica_key(key, r);
+            let p: Option<String> = c.query(redis::cmd("HGET").arg(&rk).arg(FIELD_POSITION)).await.map_err(|e| classify(e, &rk))?;
+            positions.push(p.and_then(|p| p.parse().ok()));
+        }
+        Ok((version, positions))
     }
 }
 

@@ -59,6 +59,21 @@ pub enum ReplayPoint {
 }
 
 impl ReplayPoint {
+    /// Errors (naming `--to`) when `to` lies before `from` in the same coordinate (binlog
+    /// position, one GTID domain, or time); mixed forms are not compared.
+    pub fn check_range(from: &ReplayPoint, to: &ReplayPoint) -> Result<(), String> {
+        match (from, to) {
+            (ReplayPoint::FilePos(a), ReplayPoint::FilePos(b)) if (file_index(&b.file), b.pos) < (file_index(&a.file), a.pos) => {
+                Err(format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos))
+            }
+            (ReplayPoint::Gtid { domain: d1, seq: s1, .. }, ReplayPoint::Gtid { domain: d2, seq: s2, .. }) if d1 == d2 && s2 < s1 => {
+                Err(format!("gtid {d2}-?-{s2} is before --from (sequence {s1})"))
+            }
+            (ReplayPoint::Time(a), ReplayPoint::Time(b)) if b < a => Err("the end time is before --from".into()),
+            _ => Ok(()),
+        }
+    }
+
     /// Parse `FILE:POS`, `gtid:D-S-N` or `YYYY-MM-DD HH:MM:SS` (UTC; `T` and a trailing `Z`
     /// accepted). The error names the flag and the accepted forms.
     pub fn parse(flag: &str, s: &str) -> Result<Self, String> {
@@ -293,7 +308,7 @@ pub async fn run(
                 summary.key_changes += changes.len() as u64;
                 if args.dry_run {
                     for ch in &changes {
-                        let (version_now, replica_positions) = read_state(&redis, ch).await?;
+                        let (version_now, replica_positions) = redis.read_positions(&ch.key, ch.replicas).await?;
                         // Same rule as the write: skipped when the token is newer.
                         let would = version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
                         if would {
@@ -375,18 +390,6 @@ async fn current_token(redis: &RedisConn, fence_key: &str) -> Result<u64, Error>
     let mut c = redis.clone();
     let t: Option<u64> = c.query(redis::cmd("GET").arg(fence_key)).await.map_err(|e| TransientError::Redis(format!("GET {fence_key}: {e}")))?;
     Ok(t.unwrap_or(0))
-}
-
-/// Version token and each replica's fence position of the key changed by `ch`.
-async fn read_state(redis: &RedisConn, ch: &KeyChange) -> Result<(u64, Vec<Option<u64>>), Error> {
-    let mut version = 0;
-    let mut positions = Vec::with_capacity(ch.replicas as usize);
-    for r in 0..ch.replicas {
-        let (v, p, _) = redis.read_replica(&ch.key, r).await?;
-        version = v;
-        positions.push(p);
-    }
-    Ok((version, positions))
 }
 
 fn file_index(file: &str) -> u64 {
