@@ -233,36 +233,9 @@ fn check_final_state(env: &Env, w: &Written) {
     }
     // Every change has an event (duplicates allowed).
     let want: HashSet<(String, u64)> = w.changes.iter().map(|(id, s)| (k(*id), *s)).collect();
-    let got = events_until(&env.topic, &want);
+    let got = events_until(&tk::broker().bootstrap(), &env.topic, &want);
     let missing: Vec<_> = want.difference(&got).collect();
     assert!(missing.is_empty(), "{} of {} changes have no event: {missing:?}", missing.len(), want.len());
-}
-
-/// Read the topic from the beginning until every wanted (key, version) was seen or 30 s pass.
-fn events_until(topic: &str, want: &HashSet<(String, u64)>) -> HashSet<(String, u64)> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::Message;
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", tk::broker().bootstrap())
-        .set("group.id", tk::unique_name("check"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
-    }
-    c.assign(&tpl).unwrap();
-    let mut got = HashSet::new();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !want.is_subset(&got) && Instant::now() < until {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
-            let ev = binval_protocol::InvalidationEvent::from_json(m.payload().unwrap()).unwrap();
-            got.insert((ev.key, ev.version));
-        }
-    }
-    got
 }
 
 fn write_config(env: &Env, start: &str, lease_ms: u64) -> std::path::PathBuf {

@@ -236,6 +236,32 @@ impl Running {
     }
 }
 
+/// Read `topic` (3 partitions) on `bootstrap` from the beginning until every wanted
+/// (key, version) was seen or 30 s passed; returns what was seen.
+pub fn events_until(bootstrap: &str, topic: &str, want: &std::collections::HashSet<(String, u64)>) -> std::collections::HashSet<(String, u64)> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", tk::unique_name("check"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..3 {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut got = std::collections::HashSet::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !want.is_subset(&got) && Instant::now() < until {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            let ev = InvalidationEvent::from_json(m.payload().unwrap()).unwrap();
+            got.insert((ev.key, ev.version));
+        }
+    }
+    got
+}
+
 /// Read every event of `topic` from the beginning until `want` events arrived or 20 s passed.
 pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
     let c: BaseConsumer = ClientConfig::new()
