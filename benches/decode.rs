@@ -55,7 +55,7 @@ fn main() {
     let mut results = Vec::new();
     for round in 0..3 {
         let t = Instant::now();
-        let s = binval::offline::read_file(&path, None, None, |l| {
+        let s = binval::binlog::offline::read_file(&path, None, None, |l| {
             std::hint::black_box(l);
         })
         .unwrap();
@@ -73,14 +73,14 @@ fn main() {
             match ev.read_data().unwrap() {
                 Some(EventData::TableMapEvent(t)) => {
                     // As the live source: an identical TABLE_MAP keeps its prepared schema.
-                    let same = tables.get(&t.table_id()).is_some_and(|s: &binval::decode::TableSchema| s.same_table_map(&t));
+                    let same = tables.get(&t.table_id()).is_some_and(|s: &binval::binlog::decode::TableSchema| s.same_table_map(&t));
                     if !same {
-                        let s = binval::decode::TableSchema::from_table_map(t.into_owned(), true).unwrap();
+                        let s = binval::binlog::decode::TableSchema::from_table_map(t.into_owned(), true).unwrap();
                         tables.insert(s.tme.table_id(), s);
                     }
                 }
                 Some(EventData::RowsEvent(r)) => {
-                    binval::decode::decode_rows(&tables[&r.table_id()], &r, &mut out).unwrap();
+                    binval::binlog::decode::decode_rows(&tables[&r.table_id()], &r, &mut out).unwrap();
                     decoded += out.len() as u64;
                     std::hint::black_box(&out);
                     out.clear();

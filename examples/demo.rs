@@ -106,7 +106,11 @@ async fn main() -> anyhow::Result<()> {
             if got {
                 lat[i].push((t0.elapsed() - committed).as_secs_f64() * 1000.0);
             } else {
-                eprintln!("app-{i}: no eviction observed for update {n} of {} (cached version {:?})", key(id), apps[i].cached_version(&key(id)));
+                eprintln!(
+                    "app-{i}: no eviction observed for update {n} of {} (cached version {:?})",
+                    key(id),
+                    apps[i].cached_version(&key(id))
+                );
                 missing += 1;
             }
         }
@@ -123,11 +127,23 @@ async fn main() -> anyhow::Result<()> {
         l.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let q = |p: f64| l.get(((l.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
         let within = l.iter().filter(|&&x| x < 200.0).count();
-        println!("{:<10} {:>7} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>6.1}%", format!("app-{i}"), l.len(), q(0.5), q(0.95), q(0.99), q(1.0), 100.0 * within as f64 / l.len().max(1) as f64);
+        println!(
+            "{:<10} {:>7} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>6.1}%",
+            format!("app-{i}"),
+            l.len(),
+            q(0.5),
+            q(0.95),
+            q(0.99),
+            q(1.0),
+            100.0 * within as f64 / l.len().max(1) as f64
+        );
     }
     for (i, a) in apps.iter().enumerate() {
         let s = a.stats();
-        println!("app-{i}: hits {} misses {} fills {} refused {} bypass {} events {} evictions {}", s.hits, s.misses, s.fills, s.fills_refused, s.bypass_reads, s.events, s.evictions);
+        println!(
+            "app-{i}: hits {} misses {} fills {} refused {} bypass {} events {} evictions {}",
+            s.hits, s.misses, s.fills, s.fills_refused, s.bypass_reads, s.events, s.evictions
+        );
     }
     for a in &apps {
         a.shutdown().await;

@@ -406,9 +406,7 @@ impl Config {
             .add_source(
                 // No type guessing: `BINVAL__SOURCE__NAME=007` stays the string "007"; numeric
                 // fields still parse from their text. Lists are comma-separated.
-                config::Environment::with_prefix("BINVAL")
-                    .prefix_separator("__")
-                    .separator("__"),
+                config::Environment::with_prefix("BINVAL").prefix_separator("__").separator("__"),
             )
             .build()
             .map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
@@ -423,7 +421,8 @@ impl Config {
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
             .map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
-        let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: explain(&e.to_string()) })?;
+        let c: Config =
+            cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: explain(&e.to_string()) })?;
         c.validate("<inline>")?;
         Ok(c)
     }
@@ -469,7 +468,10 @@ impl Config {
             || !self.kafka.topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         {
             // Kafka topic names: [a-zA-Z0-9._-], at most 249 characters (Kafka docs, topic naming).
-            return Err(bad("kafka.topic".into(), format!("`{}` is not a legal Kafka topic name ([a-zA-Z0-9._-], 1..249 chars)", self.kafka.topic)));
+            return Err(bad(
+                "kafka.topic".into(),
+                format!("`{}` is not a legal Kafka topic name ([a-zA-Z0-9._-], 1..249 chars)", self.kafka.topic),
+            ));
         }
         if self.kafka.replication_factor < 1 {
             return Err(bad("kafka.replication_factor".into(), "must be >= 1".into()));
@@ -509,9 +511,7 @@ impl Config {
                 t.check_replicas(m.replicas).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
             }
             match &m.payload {
-                Payload::Whole(w) if w != "row" => {
-                    return Err(bad(f("payload"), format!("`{w}`: use \"row\" or a list of column names")))
-                }
+                Payload::Whole(w) if w != "row" => return Err(bad(f("payload"), format!("`{w}`: use \"row\" or a list of column names"))),
                 Payload::Columns(c) if c.is_empty() => return Err(bad(f("payload"), "column list is empty".into())),
                 _ => {}
             }
@@ -593,10 +593,7 @@ replicas = 8
     #[test]
     fn start_positions() {
         assert_eq!(StartPosition::parse("current").unwrap(), StartPosition::Current);
-        assert_eq!(
-            StartPosition::parse("mysql-bin.000003:4").unwrap(),
-            StartPosition::FilePos { file: "mysql-bin.000003".into(), pos: 4 }
-        );
+        assert_eq!(StartPosition::parse("mysql-bin.000003:4").unwrap(), StartPosition::FilePos { file: "mysql-bin.000003".into(), pos: 4 });
         assert_eq!(StartPosition::parse("gtid:0-1-100").unwrap(), StartPosition::Gtid("0-1-100".into()));
         assert!(StartPosition::parse("gtid:x").is_err());
         assert!(StartPosition::parse("f:2").is_err());

@@ -7,8 +7,8 @@
 //! * [`Error::Transient`]: the network or a service is briefly unavailable. The stage retries
 //!   with exponential backoff and resumes from the last acknowledged position; nothing is lost.
 
+use crate::binlog::decode::DecodeError;
 use crate::config::ConfigError;
-use crate::decode::DecodeError;
 
 /// Every failure of the pipeline, classified as definite (halt) or transient (retry).
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,8 @@ impl Error {
     /// A definite configuration error: `field` (a config field such as `redis.urls[0]`, or a
     /// command-line flag such as `--from`) cannot be used, because of `reason`. Exit code 2.
     pub fn config(field: impl Into<String>, reason: impl Into<String>) -> Error {
-        DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason: reason.into() }).into()
+        DefiniteError::Config(crate::config::ConfigError::Invalid { path: String::new(), field: field.into(), reason: reason.into() })
+            .into()
     }
 
     /// True when the failure may go away by itself.
@@ -48,7 +49,11 @@ pub enum DefiniteError {
     PositionGone { position: String, message: String },
     /// A row could not be decoded exactly.
     #[error("at binlog position {position}: {source}")]
-    Decode { position: String, #[source] source: DecodeError },
+    Decode {
+        position: String,
+        #[source]
+        source: DecodeError,
+    },
     /// The source rejected binval's request for another definite reason (access denied, bad server_id...).
     #[error("source refused replication: {0}")]
     SourceRefused(String),

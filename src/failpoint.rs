@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 /// All crash points, for harnesses that pick one at random.
-pub const POINTS: &[&str] = &["redis.after_replica", "redis.before_version", "kafka.before_enqueue", "checkpoint.before_save", "checkpoint.after_save"];
+pub const POINTS: &[&str] =
+    &["redis.after_replica", "redis.before_version", "kafka.before_enqueue", "checkpoint.before_save", "checkpoint.after_save"];
 
 static ARMED: AtomicBool = AtomicBool::new(true);
 static HITS: AtomicU64 = AtomicU64::new(0);

@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -111,8 +110,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = match &cli.command {
-        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } | Command::Republish { config, .. } => config.clone(),
-        Command::Decode { binlog_file, start, stop } => return decode(binlog_file, *start, *stop),
+        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } | Command::Republish { config, .. } => {
+            config.clone()
+        }
+        Command::Decode { binlog_file, start, stop } => return binval::commands::decode::decode(binlog_file, *start, *stop),
     };
     let cfg = match Config::load(&path) {
         Ok(c) => c,
@@ -130,8 +131,8 @@ fn main() -> ExitCode {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(async move {
         match cli.command {
-            Command::Run { .. } => run(cfg).await,
-            Command::Check { .. } => check(cfg).await,
+            Command::Run { .. } => binval::commands::run::run(cfg).await,
+            Command::Check { .. } => binval::commands::check::check(cfg).await,
             Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, renames, .. } => {
                 let renames = renames.map(|r| r == "checkpoint");
                 replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet, renames).await
@@ -157,33 +158,6 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cfg: Config) -> Result<(), Error> {
-    if let Some(listen) = &cfg.metrics.listen {
-        binval::telemetry::serve_metrics(listen).map_err(binval::error::DefiniteError::MetricsListen)?;
-        tracing::info!(listen = %listen, "serving Prometheus metrics at /metrics");
-    }
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::info!("shutdown requested: draining and saving the checkpoint (signal again to exit at once)");
-        let _ = tx.send(true);
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        tracing::warn!("second signal: exiting without draining; the checkpoint is where it was last saved");
-        std::process::exit(130);
-    });
-    let stats = Arc::new(binval::pipeline::Stats::default());
-    binval::pipeline::run(cfg, rx, stats).await?;
-    tracing::info!("stopped cleanly");
-    Ok(())
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn replay(
     cfg: Config,
@@ -196,14 +170,20 @@ async fn replay(
     progress: bool,
     renames_from_checkpoint: Option<bool>,
 ) -> Result<(), Error> {
-    use binval::replay::{ReplayArgs, ReplayPoint};
+    use binval::commands::replay::{ReplayArgs, ReplayPoint};
     let from = ReplayPoint::parse("--from", &from).map_err(|r| Error::config("--from", r))?;
     let to = to.map(|t| ReplayPoint::parse("--to", &t)).transpose().map_err(|r| Error::config("--to", r))?;
     if rate == Some(0) {
         return Err(Error::config("--rate", "must be at least 1 key change per second"));
     }
     if server_id == Some(cfg.source.server_id) {
-        return Err(Error::config("--server-id", format!("{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them", cfg.source.server_id)));
+        return Err(Error::config(
+            "--server-id",
+            format!(
+                "{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them",
+                cfg.source.server_id
+            ),
+        ));
     }
     if let Some(to) = &to {
         ReplayPoint::check_range(&from, to).map_err(|r| Error::config("--to", r))?;
@@ -215,13 +195,13 @@ async fn replay(
         tracing::warn!("interrupted: stopping replay after the current transaction (rerun it: replay is idempotent)");
         let _ = tx.send(true);
     });
-    let summary = binval::replay::run(&cfg, &args, |line| println!("{line}"), rx).await?;
+    let summary = binval::commands::replay::run(&cfg, &args, |line| println!("{line}"), rx).await?;
     println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     Ok(())
 }
 
 async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool) -> Result<(), Error> {
-    use binval::republish::RepublishFrom;
+    use binval::commands::republish::RepublishFrom;
     let from = RepublishFrom::parse(&from).map_err(|r| Error::config("--from", r))?;
     let to = match to {
         Some(t) => match RepublishFrom::parse(&t) {
@@ -235,82 +215,7 @@ async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool)
             return Err(Error::config("--to", "the end time is before --from"));
         }
     }
-    let summary = binval::republish::run(&cfg, &from, to, dry_run).await?;
+    let summary = binval::commands::republish::run(&cfg, &from, to, dry_run).await?;
     println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
     Ok(())
-}
-
-async fn check(cfg: Config) -> Result<(), Error> {
-    let mut conn = binval::source::connect(&cfg.source).await?;
-    let info = binval::source::preflight(&mut conn).await?;
-    println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
-    let problems = binval::source::check_mappings(&mut conn, &cfg.mappings).await?;
-    for p in &problems {
-        println!("mapping problem: {p}");
-    }
-    if !problems.is_empty() {
-        return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.len())));
-    }
-    let mut redis = binval::redis_sink::RedisConn::connect(&cfg.redis).await?;
-    let pong: String = redis
-        .query(&redis::cmd("PING"))
-        .await
-        .map_err(|e| binval::error::TransientError::Redis(e.to_string()))?;
-    println!("redis: {pong}");
-    // Where `run` would start: the checkpoint (it must be readable), else source.start (its
-    // binlog file must still exist on the source).
-    let mut store = binval::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
-    match store.load().await? {
-        Some(cp) => println!("checkpoint: {}:{} in {} (run resumes there; source.start is ignored)", cp.file, cp.pos, store.location()),
-        None => {
-            if let Ok(binval::config::StartPosition::FilePos { file, pos }) = binval::config::StartPosition::parse(&cfg.source.start) {
-                let mut conn = binval::source::connect(&cfg.source).await?;
-                let logs = binval::source::binary_logs(&mut conn).await?;
-                if !logs.contains(&file) {
-                    return Err(binval::error::DefiniteError::PositionGone {
-                        position: format!("{file}:{pos}"),
-                        message: format!("source.start names file {file}, which is not among the server's binary logs ({})", logs.join(", ")),
-                    }
-                    .into());
-                }
-            }
-            println!("checkpoint: none in {}; run starts at source.start = {}", store.location(), cfg.source.start);
-        }
-    }
-    // Read-only: check never creates the topic (run does, when kafka.create_topic is true).
-    let mut kc = cfg.kafka.clone();
-    kc.create_topic = false;
-    let k = binval::kafka_sink::KafkaSink::connect(&kc).await?;
-    println!("kafka: brokers {} reachable (topic {})", cfg.kafka.brokers, k.topic());
-    println!("mappings: {} table(s)", cfg.mappings.len());
-    Ok(())
-}
-
-fn decode(file: &std::path::Path, start: Option<u64>, stop: Option<u64>) -> ExitCode {
-    use std::io::Write;
-    if let (Some(a), Some(b)) = (start, stop) {
-        if b <= a {
-            eprintln!("error: --stop {b} is not after --start {a}");
-            return ExitCode::from(2);
-        }
-    }
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut broken_pipe = false;
-    let r = binval::offline::read_file(file, start, stop, |line| {
-        if !broken_pipe && writeln!(out, "{line}").is_err() {
-            broken_pipe = true;
-        }
-    });
-    let _ = out.flush();
-    match r {
-        Ok(s) => {
-            eprintln!("{}: {} events, {} row events, {} rows, read to position {}", file.display(), s.events, s.row_events, s.rows, s.end_pos);
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use binval_protocol::{keys::hash_tag, KeyTemplate, Op};
 use serde_json::Value as Json;
 
+use crate::binlog::decode::{Row, RowChange, RowKind};
 use crate::config::{MappingConfig, MappingMode, Payload};
-use crate::decode::{Row, RowChange, RowKind};
 
 /// One change of one logical key, ready for the Redis stage.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +164,8 @@ impl Mapper {
         for row in rows {
             let Some(r) = self.rules.get(&*row.table) else { continue };
             let Some(image) = row.after.as_ref().or(row.before.as_ref()) else { continue };
-            let mut missing: Vec<String> = r.templates.iter().flat_map(|t| t.columns()).filter(|c| !image.contains_key(*c)).map(String::from).collect();
+            let mut missing: Vec<String> =
+                r.templates.iter().flat_map(|t| t.columns()).filter(|c| !image.contains_key(*c)).map(String::from).collect();
             if !missing.is_empty() {
                 missing.sort();
                 missing.dedup();
@@ -228,7 +229,9 @@ impl Mapper {
             let new = row.after.as_ref().and_then(|r| render(t, r));
             let payload = || match rule.mode {
                 MappingMode::Invalidate => None,
-                MappingMode::WriteThrough => row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), &rule.json_columns, &rule.table)),
+                MappingMode::WriteThrough => {
+                    row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), &rule.json_columns, &rule.table))
+                }
             };
             let mut push = |key: String, op: Op, payload: Option<String>| {
                 if rule.replicas > 1 {
@@ -366,23 +369,22 @@ replicas = 4
         assert!(!m.is_mapped("shop", "other"));
         let mut out = vec![];
         let after = row(json!({"id": 1, "sku": "A", "price": "1.50"}));
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0 }, &mut out);
+        m.map_row(
+            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0 },
+            &mut out,
+        );
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
         assert!(out.iter().all(|c| c.op == Op::Insert && c.replicas == 4));
         assert_eq!(out[0].payload.as_deref(), Some(r#"{"id":1,"price":"1.50","sku":"A"}"#));
 
         out.clear();
         let after2 = row(json!({"id": 1, "sku": "B", "price": "2.00"}));
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0 }, &mut out);
-        let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
-        assert_eq!(
-            got,
-            vec![
-                ("item:sku:A".into(), Op::Delete),
-                ("item:detail:1".into(), Op::Update),
-                ("item:sku:B".into(), Op::Insert)
-            ]
+        m.map_row(
+            &RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0 },
+            &mut out,
         );
+        let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
+        assert_eq!(got, vec![("item:sku:A".into(), Op::Delete), ("item:detail:1".into(), Op::Update), ("item:sku:B".into(), Op::Insert)]);
         assert_eq!(out[0].payload, None);
 
         out.clear();
@@ -425,7 +427,13 @@ replicas = 4
         let m = mapper("payload = [\"price\"]");
         let mut out = vec![];
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))), event: 0 },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Insert,
+                before: None,
+                after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))),
+                event: 0,
+            },
             &mut out,
         );
         assert_eq!(out.len(), 1, "NULL sku renders no key");
@@ -433,7 +441,13 @@ replicas = 4
         let m = mapper("mode = \"invalidate\"");
         out.clear();
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(row(json!({"id": 1, "sku": "A"}))), event: 0 },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Insert,
+                before: None,
+                after: Some(row(json!({"id": 1, "sku": "A"}))),
+                event: 0,
+            },
             &mut out,
         );
         assert!(out.iter().all(|c| c.payload.is_none()));

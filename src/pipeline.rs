@@ -12,13 +12,13 @@
 //!    then moves the acknowledged position past it (I3); it saves at most once per interval
 //!    and once more when the pipeline stops for any reason.
 //!
-//! Before any of it runs, the instance takes the source's lease ([`crate::lease`]); while
+//! Before any of it runs, the instance takes the source's lease ([`crate::ha::lease`]); while
 //! another instance holds it, this one waits as standby. A fourth task renews the lease and
 //! stops the pipeline when it is lost.
 //!
 //! The supervisor restarts the whole pipeline from the saved checkpoint after a transient
 //! failure (with exponential backoff), and stops on a definite one. Re-applied transactions
-//! are no-ops in Redis (version-fenced writes, see [`crate::redis_sink`]) and publish their
+//! are no-ops in Redis (version-fenced writes, see [`crate::write::redis_sink`]) and publish their
 //! events again with the same versions, which consumers ignore (the evict rule).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -30,17 +30,18 @@ use binval_protocol::SourcePosition;
 use rdkafka::producer::DeliveryFuture;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
+use crate::binlog::reader::{self, Resume, SourceStats};
+use crate::binlog::server;
+use crate::binlog::txn::Transaction;
 use crate::config::{Config, StartPosition};
 use crate::error::{DefiniteError, Error, TransientError};
-use crate::kafka_sink::KafkaSink;
-use crate::fence::FenceRule;
-use crate::lease::Lease;
+use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
+use crate::ha::lease::Lease;
 use crate::mapping::{KeyChange, Mapper, TableNames};
-use crate::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
-use crate::source::{self, Resume, SourceStats};
 use crate::telemetry::names;
-use crate::txn::Transaction;
+use crate::write::fence::FenceRule;
+use crate::write::kafka_sink::KafkaSink;
+use crate::write::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 
 /// Committed transactions buffered between source and apply.
 const TXN_CHANNEL: usize = 256;
@@ -76,7 +77,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
         .with_max_elapsed_time(None)
         .build();
     let progress = tokio::spawn(progress_log(stats.clone(), shutdown.clone()));
-    let holder = crate::lease::holder_id();
+    let holder = crate::ha::lease::holder_id();
     let result = loop {
         let started = Instant::now();
         match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone(), &holder).await {
@@ -113,7 +114,13 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
     result
 }
 
-async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, holder: &str) -> Result<(), Error> {
+async fn run_once(
+    cfg: &Config,
+    mapper: Arc<Mapper>,
+    shutdown: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+    holder: &str,
+) -> Result<(), Error> {
     let redis = RedisConn::connect(&cfg.redis).await?;
     let lease = {
         let mut sd = shutdown.clone();
@@ -129,7 +136,14 @@ async fn run_once(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<b
     result
 }
 
-async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver<bool>, stats: Arc<Stats>, redis: &RedisConn, lease: &Lease) -> Result<(), Error> {
+async fn run_active(
+    cfg: &Config,
+    mapper: Arc<Mapper>,
+    shutdown: watch::Receiver<bool>,
+    stats: Arc<Stats>,
+    redis: &RedisConn,
+    lease: &Lease,
+) -> Result<(), Error> {
     let redis = redis.clone();
     let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
     store.set_token(lease.token);
@@ -143,19 +157,20 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
         }
     };
 
-    let mut conn = source::connect(&cfg.source).await?;
-    let info = source::preflight(&mut conn).await?;
+    let mut conn = server::connect(&cfg.source).await?;
+    let info = server::preflight(&mut conn).await?;
     let fence = FenceRule::resolve(&cfg.source, info.mariadb);
     let wctx = WriteBase { fence, token: lease.token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
-    let logs = source::binary_logs(&mut conn).await?;
-    for p in source::check_mappings(&mut conn, &cfg.mappings).await? {
+    let logs = server::binary_logs(&mut conn).await?;
+    for p in server::check_mappings(&mut conn, &cfg.mappings).await? {
         // Not fatal: the table may be created later; `binval check` fails on it.
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
     let mapper = with_detected_json(&cfg.mappings, mapper, &mut conn, info.mariadb).await?;
     drop(conn);
     let start = StartPosition::parse(&cfg.source.start).expect("validated");
-    let resume = source::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
+    let resume =
+        reader::initial_resume(saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None }), &start, &info);
     let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let mut gtids = GtidState::default();
     if let Some(g) = saved.as_ref().and_then(|c| c.gtid.as_deref()) {
@@ -166,13 +181,7 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
     match (&saved, &resume) {
         (Some(c), _) => tracing::info!(file = %c.file, pos = c.pos, store = %store.location(), "resuming from checkpoint"),
         (None, Resume::FilePos(p)) => {
-            if !logs.iter().any(|l| l == &p.file) {
-                return Err(DefiniteError::PositionGone {
-                    position: format!("{}:{}", p.file, p.pos),
-                    message: format!("file {} is not among the server's binary logs ({})", p.file, logs.join(", ")),
-                }
-                .into());
-            }
+            server::require_binlog_file(&logs, &p.into(), "source.start")?;
             if start == StartPosition::Current {
                 tracing::warn!(store = %store.location(), "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
             }
@@ -206,7 +215,10 @@ async fn run_active(cfg: &Config, mapper: Arc<Mapper>, shutdown: watch::Receiver
         r
     };
     let source_task = {
-        let (st, f) = (stop_tx.clone(), source::run(cfg.source.clone(), mapper.clone(), names.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()));
+        let (st, f) = (
+            stop_tx.clone(),
+            reader::run(cfg.source.clone(), mapper.clone(), names.clone(), resume, txn_tx, stop_rx.clone(), stats.source.clone()),
+        );
         tokio::spawn(async move { stop_on_error(st, f.await) })
     };
     let apply_task = {
@@ -269,7 +281,7 @@ pub(crate) async fn with_detected_json(
         return Ok(mapper);
     }
     let tables: Vec<String> = mappings.iter().map(|m| m.table.clone()).collect();
-    let detected = source::mariadb_json_columns(conn, &tables).await?;
+    let detected = server::mariadb_json_columns(conn, &tables).await?;
     if detected.is_empty() {
         return Ok(mapper);
     }
@@ -353,7 +365,11 @@ async fn apply_loop(
         }
         stats.transactions.fetch_add(1, Relaxed);
         metrics::counter!(names::TRANSACTIONS).increment(1);
-        if acks.send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries }).await.is_err() {
+        if acks
+            .send(Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries })
+            .await
+            .is_err()
+        {
             break;
         }
     }
@@ -445,7 +461,13 @@ async fn checkpoint_loop(
 
 /// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
 /// and the next save retries).
-async fn save(store: &Mutex<CheckpointStoreImpl>, pos: &SourcePosition, gtids: &GtidState, names: &TableNames, stats: &Stats) -> Result<(), Error> {
+async fn save(
+    store: &Mutex<CheckpointStoreImpl>,
+    pos: &SourcePosition,
+    gtids: &GtidState,
+    names: &TableNames,
+    stats: &Stats,
+) -> Result<(), Error> {
     let cp = checkpoint_at(pos, gtids, names);
     crate::failpoint::hit("checkpoint.before_save");
     match store.lock().await.save(&cp).await {

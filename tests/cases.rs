@@ -3,7 +3,7 @@
 //! reader over the server's own binlog file) must produce the expected row images. Cases that
 //! need MySQL-only features are covered by tests/offline.rs over ../shared/binlogs instead.
 
-mod support;
+mod binlog_rows;
 
 use std::path::PathBuf;
 
@@ -31,14 +31,14 @@ fn case(name: &str) -> (String, Vec<Value>) {
 }
 
 /// Run `sql` in a fresh database and return the after images of its inserted rows, in order.
-fn inserted_rows(db: &tk::MariaDb, sql: &str) -> Result<Vec<Value>, binval::offline::OfflineError> {
+fn inserted_rows(db: &tk::MariaDb, sql: &str) -> Result<Vec<Value>, binval::binlog::offline::OfflineError> {
     let name = db.create_database("case").unwrap();
     let status = db.sql("SHOW MASTER STATUS").unwrap();
     let mut it = status.split('\t');
     let (file, pos): (String, u64) = (it.next().unwrap().to_string(), it.next().unwrap().trim().parse().unwrap());
     db.sql(&format!("USE `{name}`;\nSET time_zone = '+00:00';\n{sql}")).unwrap();
     let mut rows = Vec::new();
-    binval::offline::read_file(&db.datadir.join(&file), Some(pos), None, |l| {
+    binval::binlog::offline::read_file(&db.datadir.join(&file), Some(pos), None, |l| {
         if l["kind"] == "insert" && l["table"].as_str().is_some_and(|t| t.starts_with(&format!("{name}."))) {
             rows.push(l["after"].clone());
         }
@@ -117,14 +117,18 @@ async fn case_07_mariadb_legacy_hires_temporal() {
     // the columns, the position and the fix, live and offline, and never emits a value.
     let db = tk::MariaDb::start_with(&[]).unwrap();
     let (sql, _) = case("07-mariadb-legacy-hires-temporal.md");
-    let sql: String = sql.lines().filter(|l| !l.contains("show_old_temporals") && !l.starts_with("SHOW CREATE")).collect::<Vec<_>>().join("\n");
+    let sql: String =
+        sql.lines().filter(|l| !l.contains("show_old_temporals") && !l.starts_with("SHOW CREATE")).collect::<Vec<_>>().join("\n");
     let name = db.create_database("case07").unwrap();
-    let from = support::binlog_now(&db);
-    let live = support::Live::at(&db, &[format!("{name}.mh")], &from);
+    let from = binlog_rows::binlog_now(&db);
+    let live = binlog_rows::Live::at(&db, &[format!("{name}.mh")], &from);
     db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
     let e = live.error(30).await.to_string();
-    assert!(e.contains(&format!("{name}.mh")) && e.contains("dt6, dt3, t3, ts6") && e.contains("legacy") && e.contains("mysql-bin.000001:"), "{e}");
-    let e = support::offline_rows(&db, &from, &name).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("{name}.mh")) && e.contains("dt6, dt3, t3, ts6") && e.contains("legacy") && e.contains("mysql-bin.000001:"),
+        "{e}"
+    );
+    let e = binlog_rows::offline_rows(&db, &from, &name).unwrap_err().to_string();
     assert!(e.contains(&format!("{name}.mh")) && e.contains("legacy") && e.contains("at position"), "{e}");
 }
 
@@ -140,16 +144,13 @@ async fn case_18_ddl_add_column_midstream() {
         let s = text.find("```json").unwrap() + 7;
         text[s..s + text[s..].find("```").unwrap()].to_string()
     };
-    let objects: Vec<Value> = expected_block
-        .lines()
-        .filter_map(|l| l.find('{').map(|i| serde_json::from_str(&l[i..]).unwrap()))
-        .collect();
+    let objects: Vec<Value> = expected_block.lines().filter_map(|l| l.find('{').map(|i| serde_json::from_str(&l[i..]).unwrap())).collect();
     let db = tk::mariadb();
     let name = db.create_database("case18").unwrap();
-    let from = support::binlog_now(db);
-    let mut live = support::Live::at(db, &[format!("{name}.pe")], &from);
+    let from = binlog_rows::binlog_now(db);
+    let mut live = binlog_rows::Live::at(db, &[format!("{name}.pe")], &from);
     db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
-    let offline = support::offline_rows(db, &from, &name).unwrap();
+    let offline = binlog_rows::offline_rows(db, &from, &name).unwrap();
     let images = |rows: &[Value]| -> Vec<Value> {
         rows.iter().flat_map(|r| [r.get("before").cloned(), r.get("after").cloned()]).flatten().collect()
     };
@@ -159,7 +160,7 @@ async fn case_18_ddl_add_column_midstream() {
     assert_eq!(images(&got), objects, "live: E1..E5 row images with the column names of their time");
 }
 
-/// The five row changes of case 23 (`mz`), as [`support::row_json`] values.
+/// The five row changes of case 23 (`mz`), as [`binlog_rows::row_json`] values.
 fn case_23_expected(table: &str) -> Vec<Value> {
     let (x, y, z) = ("x".repeat(400), "y".repeat(450), "z".repeat(400));
     vec![
@@ -176,13 +177,14 @@ async fn case_23_mariadb_compressed_events() {
     // MariaDB with log_bin_compress=ON: QUERY_COMPRESSED and compressed row events, decoded on
     // the live replica connection (from a file:pos and from a MariaDB GTID position) and by the
     // offline reader, to the same values as uncompressed events.
-    let db = tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-annotate-row-events=ON"]).unwrap();
+    let db =
+        tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-annotate-row-events=ON"]).unwrap();
     let (sql, _) = case("23-mariadb-specific-and-compressed-events.md");
     let name = db.create_database("case23").unwrap();
     let table = format!("{name}.mz");
-    let from = support::binlog_now(&db);
+    let from = binlog_rows::binlog_now(&db);
     let gtid_before = db.sql("SELECT @@gtid_binlog_pos").unwrap().trim().to_string();
-    let mut live = support::Live::at(&db, std::slice::from_ref(&table), &from);
+    let mut live = binlog_rows::Live::at(&db, std::slice::from_ref(&table), &from);
     db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
     let want = case_23_expected(&table);
     assert_eq!(live.rows(5, 30).await, want, "live, from {}:{}", from.0, from.1);
@@ -193,18 +195,24 @@ async fn case_23_mariadb_compressed_events() {
     let mut files: Vec<String> = db.sql("SHOW BINARY LOGS").unwrap().lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
     files.retain(|f| *f >= from.0);
     for f in &files {
-        binval::offline::read_file(&db.datadir.join(f), None, None, |l| {
+        binval::binlog::offline::read_file(&db.datadir.join(f), None, None, |l| {
             names.insert(l["event"].as_str().unwrap_or_default().to_string());
         })
         .unwrap();
     }
-    for n in ["MARIADB_QUERY_COMPRESSED", "MARIADB_WRITE_ROWS_COMPRESSED_V1", "MARIADB_UPDATE_ROWS_COMPRESSED_V1", "MARIADB_DELETE_ROWS_COMPRESSED_V1", "MARIADB_ANNOTATE_ROWS"] {
+    for n in [
+        "MARIADB_QUERY_COMPRESSED",
+        "MARIADB_WRITE_ROWS_COMPRESSED_V1",
+        "MARIADB_UPDATE_ROWS_COMPRESSED_V1",
+        "MARIADB_DELETE_ROWS_COMPRESSED_V1",
+        "MARIADB_ANNOTATE_ROWS",
+    ] {
         assert!(names.contains(n), "{n} not in the binlog: {names:?}");
     }
-    assert_eq!(support::offline_rows(&db, &from, &name).unwrap(), want, "offline");
+    assert_eq!(binlog_rows::offline_rows(&db, &from, &name).unwrap(), want, "offline");
 
     // Restart from a MariaDB GTID position taken before the first INSERT.
-    let mut live = support::Live::start(&db, std::slice::from_ref(&table), binval::source::Resume::Gtid(gtid_before.clone()));
+    let mut live = binlog_rows::Live::start(&db, std::slice::from_ref(&table), binval::binlog::reader::Resume::Gtid(gtid_before.clone()));
     assert_eq!(live.rows(5, 30).await, want, "live, from gtid {gtid_before}");
     live.stop().await;
 }
@@ -218,8 +226,8 @@ async fn compressed_events_large_values_and_ddl() {
     let name = db.create_database("zbig").unwrap();
     let table = format!("{name}.big");
     db.sql(&format!("CREATE TABLE `{name}`.big (id INT PRIMARY KEY, t TEXT, m MEDIUMTEXT, b LONGBLOB, j JSON)")).unwrap();
-    let from = support::binlog_now(&db);
-    let mut live = support::Live::at(&db, std::slice::from_ref(&table), &from);
+    let from = binlog_rows::binlog_now(&db);
+    let mut live = binlog_rows::Live::at(&db, std::slice::from_ref(&table), &from);
     db.sql(&format!(
         "USE `{name}`;\n\
          INSERT INTO big VALUES (1, REPEAT('é', 20000), REPEAT('abcdefghij', 100000), REPEAT(x'00ff', 300000), JSON_OBJECT('k', REPEAT('q', 70000)));\n\
@@ -231,12 +239,16 @@ async fn compressed_events_large_values_and_ddl() {
     assert_eq!(rows.len(), 4, "{}", serde_json::to_string(&rows).unwrap().chars().take(3000).collect::<String>());
     let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
     let one = serde_json::json!({"id": 1, "t": "é".repeat(20000), "m": "abcdefghij".repeat(100000), "b": b64([0u8, 0xff].repeat(300000)), "j": format!("{{\"k\": \"{}\"}}", "q".repeat(70000))});
-    support::assert_same(&rows[0]["after"], &one, "insert 1");
-    support::assert_same(&rows[1]["after"], &serde_json::json!({"id": 2, "t": "", "m": "", "b": "", "j": "[]"}), "insert 2");
-    support::assert_same(&rows[2]["after"], &serde_json::json!({"id": 3, "t": null, "m": null, "b": null, "j": null}), "insert 3");
-    support::assert_same(&rows[3]["before"], &one, "update before");
-    support::assert_same(&rows[3]["after"]["m"], &serde_json::json!(format!("{}!", "abcdefghij".repeat(100000))), "update after");
-    support::assert_same(&Value::Array(support::offline_rows(&db, &from, &name).unwrap()), &Value::Array(rows), "offline reader agrees");
+    binlog_rows::assert_same(&rows[0]["after"], &one, "insert 1");
+    binlog_rows::assert_same(&rows[1]["after"], &serde_json::json!({"id": 2, "t": "", "m": "", "b": "", "j": "[]"}), "insert 2");
+    binlog_rows::assert_same(&rows[2]["after"], &serde_json::json!({"id": 3, "t": null, "m": null, "b": null, "j": null}), "insert 3");
+    binlog_rows::assert_same(&rows[3]["before"], &one, "update before");
+    binlog_rows::assert_same(&rows[3]["after"]["m"], &serde_json::json!(format!("{}!", "abcdefghij".repeat(100000))), "update after");
+    binlog_rows::assert_same(
+        &Value::Array(binlog_rows::offline_rows(&db, &from, &name).unwrap()),
+        &Value::Array(rows),
+        "offline reader agrees",
+    );
     // A TRUNCATE of the mapped table, written as QUERY_COMPRESSED, reaches the DDL check: the
     // table is invalidated, in order, before the row that follows it.
     db.sql(&format!("TRUNCATE TABLE `{name}`.big; INSERT INTO `{name}`.big (id) VALUES (9)")).unwrap();
@@ -250,14 +262,14 @@ async fn compressed_events_large_values_and_ddl() {
 /// Run `sql` (in database `name`, time zone UTC) on `db` and return the row changes of the
 /// database's tables, read both live (binval's source stage) and offline; they must agree.
 async fn changes(db: &tk::MariaDb, name: &str, tables: &[&str], sql: &str, want: usize) -> Vec<Value> {
-    let from = support::binlog_now(db);
+    let from = binlog_rows::binlog_now(db);
     let tables: Vec<String> = tables.iter().map(|t| format!("{name}.{t}")).collect();
-    let mut live = support::Live::at(db, &tables, &from);
+    let mut live = binlog_rows::Live::at(db, &tables, &from);
     db.sql(&format!("USE `{name}`;\nSET time_zone = '+00:00';\n{sql}")).unwrap();
     let got = live.rows(want, 30).await;
     live.stop().await;
-    let offline = support::offline_rows(db, &from, name).unwrap();
-    support::assert_same(&Value::Array(offline), &Value::Array(got.clone()), "offline reader vs live");
+    let offline = binlog_rows::offline_rows(db, &from, name).unwrap();
+    binlog_rows::assert_same(&Value::Array(offline), &Value::Array(got.clone()), "offline reader vs live");
     got
 }
 
@@ -284,7 +296,8 @@ async fn case_09_minimal_and_noblob_row_images() {
     // SET GLOBAL binlog_row_metadata = 'FULL' is already the server's setting.
     let sql: String = sql.lines().filter(|l| !l.starts_with("SET GLOBAL")).collect::<Vec<_>>().join("\n");
     let got = changes(db, &name, &["w", "m"], &sql, 7).await;
-    let full = serde_json::json!({"id": 1, "c1": 1, "c2": 2, "c3": 3, "c4": "a", "c5": "b", "c6": 6, "c7": 7, "c8": 8, "c9": 9, "big": "blob-1"});
+    let full =
+        serde_json::json!({"id": 1, "c1": 1, "c2": 2, "c3": 3, "c4": "a", "c5": "b", "c6": 6, "c7": 7, "c8": 8, "c9": 9, "big": "blob-1"});
     let want = serde_json::json!([
         {"kind": "insert", "after": full},
         {"kind": "update", "before": {"id": 1}, "after": {"c9": null}},
@@ -296,7 +309,7 @@ async fn case_09_minimal_and_noblob_row_images() {
          "after": {"id": 1, "c1": 44, "c2": 22, "c3": 3, "c4": "a", "c5": "b", "c6": 6, "c7": 7, "c8": 8, "c9": null}},
         {"kind": "insert", "after": {"col_1": 1, "col_3": "a", "col_5": 3230202323u64}},
     ]);
-    support::assert_same(&Value::Array(images(&got)), &want, "A..F");
+    binlog_rows::assert_same(&Value::Array(images(&got)), &want, "A..F");
 }
 
 fn hex_to_base64(hex: &str) -> Value {
@@ -321,10 +334,13 @@ async fn case_17_geometry_srid_wkb() {
     let sql = format!("{sql}\nINSERT INTO geo VALUES (2, NULL, NULL, ST_GeomFromText('POINT(45 10)', 4326), 8);");
     let got = changes(db, &name, &["geo"], &sql, 2).await;
     let server = db.sql(&format!("SELECT ST_SRID(g), HEX(ST_AsWKB(g)) FROM `{name}`.geo ORDER BY id")).unwrap();
-    let g: Vec<(u32, String)> = server.lines().map(|l| {
-        let (a, b) = l.split_once('\t').unwrap();
-        (a.parse().unwrap(), b.to_string())
-    }).collect();
+    let g: Vec<(u32, String)> = server
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once('\t').unwrap();
+            (a.parse().unwrap(), b.to_string())
+        })
+        .collect();
     let want = serde_json::json!([
         {"kind": "insert", "after": {
             "id": 1,
@@ -335,7 +351,7 @@ async fn case_17_geometry_srid_wkb() {
         {"kind": "insert", "after": {"id": 2, "p": null, "ls": null, "g": {"srid": 4326, "wkb": hex_to_base64(&g[1].1)}, "tail": 8}},
     ]);
     assert_eq!(g[1], (4326, "01010000000000000000804640".to_string() + "0000000000002440"));
-    support::assert_same(&Value::Array(images(&got)), &want, "geo");
+    binlog_rows::assert_same(&Value::Array(images(&got)), &want, "geo");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -346,16 +362,20 @@ async fn case_20_truncate_of_a_mapped_table() {
     let db = tk::mariadb();
     let name = db.create_database("case20").unwrap();
     let (sql, _) = case("20-truncate-table.md");
-    let from = support::binlog_now(db);
+    let from = binlog_rows::binlog_now(db);
     let (tt, tp) = (format!("{name}.tt"), format!("{name}.tp"));
-    let mut live = support::Live::at(db, &[tt.clone(), tp.clone()], &from);
+    let mut live = binlog_rows::Live::at(db, &[tt.clone(), tp.clone()], &from);
     db.sql(&format!("USE `{name}`;\n{sql}")).unwrap();
     live.rows(8, 30).await;
-    let got: Vec<Value> = live.changes().iter().map(|c| {
-        let mut c = c.clone();
-        c.as_object_mut().unwrap().remove("table");
-        c
-    }).collect();
+    let got: Vec<Value> = live
+        .changes()
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            c.as_object_mut().unwrap().remove("table");
+            c
+        })
+        .collect();
     live.stop().await;
     let want = serde_json::json!([
         {"kind": "insert", "after": {"id": 1, "val": "a"}},
@@ -369,7 +389,7 @@ async fn case_20_truncate_of_a_mapped_table() {
         {"kind": "invalidate", "tables": [tp]},
         {"kind": "insert", "after": {"id": 3, "k": 6}},
     ]);
-    support::assert_same(&Value::Array(got), &want, "case 20");
+    binlog_rows::assert_same(&Value::Array(got), &want, "case 20");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,8 +402,8 @@ async fn case_24_idle_source_with_heartbeats_and_annotate_rows() {
     // marked ignorable (src/source.rs).
     let db = tk::mariadb();
     let name = db.create_database("case24").unwrap();
-    let from = support::binlog_now(db);
-    let mut live = support::Live::at(db, &[format!("{name}.hb")], &from);
+    let from = binlog_rows::binlog_now(db);
+    let mut live = binlog_rows::Live::at(db, &[format!("{name}.hb")], &from);
     db.sql(&format!("USE `{name}`; CREATE TABLE hb (id INT PRIMARY KEY, v INT); INSERT INTO hb VALUES (1, 1);")).unwrap();
     assert_eq!(live.rows(1, 30).await.len(), 1);
     // Six heartbeat periods (500 ms) without events.
@@ -415,7 +435,7 @@ async fn case_26_gtid_resume_and_purged_position() {
     db.sql(&format!("USE `{name}`; INSERT INTO g VALUES (3,3);")).unwrap();
     let table = vec![format!("{name}.g")];
     let ids = |rows: &[Value]| rows.iter().map(|r| r["after"]["id"].as_i64().unwrap()).collect::<Vec<_>>();
-    let mut live = support::Live::start(&db, &table, binval::source::Resume::Gtid(after_2.clone()));
+    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(after_2.clone()));
     assert_eq!(ids(&live.rows(1, 30).await), vec![3]);
     db.sql(&format!("USE `{name}`; INSERT INTO g VALUES (4,4); INSERT INTO g VALUES (5,5);")).unwrap();
     assert_eq!(ids(&live.rows(3, 30).await), vec![3, 4, 5]);
@@ -425,7 +445,7 @@ async fn case_26_gtid_resume_and_purged_position() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         db.sql("FLUSH BINARY LOGS").unwrap();
-        let (current, _) = support::binlog_now(&db);
+        let (current, _) = binlog_rows::binlog_now(&db);
         let logs = db.sql(&format!("PURGE BINARY LOGS TO '{current}'; SHOW BINARY LOGS")).unwrap();
         if logs.lines().count() == 1 {
             break;
@@ -434,10 +454,10 @@ async fn case_26_gtid_resume_and_purged_position() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     db.sql(&format!("INSERT INTO `{name}`.g VALUES (6,6);")).unwrap();
-    let mut live = support::Live::start(&db, &table, binval::source::Resume::Gtid(after_5));
+    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(after_5));
     assert_eq!(ids(&live.rows(1, 30).await), vec![6], "resume after the purge");
     live.stop().await;
-    let live = support::Live::start(&db, &table, binval::source::Resume::Gtid(at_start.clone()));
+    let live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(at_start.clone()));
     let e = live.error(30).await.to_string();
     assert!(e.contains("does not have binlog position") && e.contains(&at_start), "{e}");
 }
@@ -482,8 +502,8 @@ async fn case_29_binlog_over_4gib() {
     let db = tk::MariaDb::start_with(&["--max-binlog-cache-size=18446744073709547520", "--max-allowed-packet=1073741824"]).unwrap();
     let name = db.create_database("case29").unwrap();
     db.sql(&format!("USE `{name}`; CREATE TABLE big (id INT PRIMARY KEY, pad LONGTEXT);")).unwrap();
-    let from = support::binlog_now(&db);
-    let live = support::Live::at(&db, &[format!("{name}.big")], &from);
+    let from = binlog_rows::binlog_now(&db);
+    let live = binlog_rows::Live::at(&db, &[format!("{name}.big")], &from);
     db.sql(&format!(
         "USE `{name}`; SET SESSION max_recursive_iterations = 100000; \
          INSERT INTO big SELECT n, REPEAT(CHAR(65 + n % 26), 65536) FROM (WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM s WHERE n < 70000) SELECT n FROM s) x; \
@@ -502,11 +522,11 @@ async fn damaged_compressed_event_stops_the_live_source() {
     let db = tk::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-checksum=NONE"]).unwrap();
     let name = db.create_database("zlive").unwrap();
     db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT)")).unwrap();
-    let from = support::binlog_now(&db);
+    let from = binlog_rows::binlog_now(&db);
     db.sql(&format!("INSERT INTO `{name}`.t VALUES (1, REPEAT('a', 500)); INSERT INTO `{name}`.t VALUES (2, REPEAT('b', 500));")).unwrap();
     let path = db.datadir.join(&from.0);
     let mut events = Vec::new();
-    binval::offline::read_file(&path, Some(from.1), None, |l| {
+    binval::binlog::offline::read_file(&path, Some(from.1), None, |l| {
         if l["event"] == "MARIADB_WRITE_ROWS_COMPRESSED_V1" {
             events.push(l["next_pos"].as_u64().unwrap());
         }
@@ -523,7 +543,7 @@ async fn damaged_compressed_event_stops_the_live_source() {
         f.seek(SeekFrom::Start(end - 2)).unwrap();
         f.write_all(&[b[0] ^ 0xff]).unwrap();
     }
-    let mut live = support::Live::at(&db, &[format!("{name}.t")], &from);
+    let mut live = binlog_rows::Live::at(&db, &[format!("{name}.t")], &from);
     assert_eq!(live.rows(1, 30).await[0]["after"]["id"], 1);
     let e = live.error(30).await.to_string();
     assert!(e.contains("Write_rows_compressed_v1 cannot be decompressed") && e.contains(&format!("{}:{end}", from.0)), "{e}");

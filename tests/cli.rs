@@ -1,12 +1,12 @@
 //! The `binval` binary as an operator meets it: config errors, wrong server settings, a start
 //! position the server no longer has, and a clean SIGTERM shutdown.
 
-mod common;
+mod pipeline_env;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use pipeline_env::*;
 
 fn binval() -> Command {
     Command::new(env!("CARGO_BIN_EXE_binval"))
@@ -79,7 +79,8 @@ fn check_names_mapping_problems_against_the_schema() {
     let (code, out) = run_to_end(&["check"], &ok);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("mappings: 1 table(s)"), "{out}");
-    let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}") + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
+    let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}")
+        + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
     let p = write_config("chk", &env.config_toml("current", &bad));
     let (code, out) = run_to_end(&["check"], &p);
     assert_eq!(code, 2, "a mapping that does not fit the schema is a config error: {out}");
@@ -119,9 +120,10 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let start = rt.block_on(env.binlog_now());
     let cp_path = tk::state_root().join(format!("{}.checkpoint.json", env.prefix));
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let text = env
-        .config_toml(&start, MAPPING)
-        .replace("[checkpoint]\n", &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()));
+    let text = env.config_toml(&start, MAPPING).replace(
+        "[checkpoint]\n",
+        &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()),
+    );
     let p = write_config("sigterm", &text);
     let log = std::fs::File::create(tk::state_root().join(format!("{}.log", env.prefix))).unwrap();
     let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(log).spawn().unwrap();
@@ -171,7 +173,8 @@ fn http_get(port: u16, path: &str) -> String {
 #[test]
 fn an_unusable_checkpoint_path_is_a_config_error_not_a_retry_loop() {
     let env = Env::new("cppath", RedisKind::Standalone);
-    let text = env.config_toml("current", MAPPING).replace("[checkpoint]\n", "[checkpoint]\nstore = \"file\"\npath = \"/etc/hostname/cp.json\"\n");
+    let text =
+        env.config_toml("current", MAPPING).replace("[checkpoint]\n", "[checkpoint]\nstore = \"file\"\npath = \"/etc/hostname/cp.json\"\n");
     let p = write_config("cppath", &text);
     let (code, out) = run_to_end(&["run"], &p);
     assert_eq!(code, 2, "{out}");

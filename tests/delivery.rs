@@ -5,7 +5,7 @@
 //! `BINVAL_KILL_POINTS` sets how many kill -9 rounds the harness runs (default 20; use 100+
 //! for a soak).
 
-mod common;
+mod pipeline_env;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use binval::mapping::KeyChange;
-use binval::redis_sink::{Applied, RedisConn, WriteCtx};
+use binval::write::redis_sink::{Applied, RedisConn, WriteCtx};
 use binval_protocol::{FencePosition, Op};
-use common::*;
+use pipeline_env::*;
 use rand::{Rng, SeedableRng};
 
 fn block<T>(f: impl FnOnce() -> T) -> T {
@@ -43,9 +43,7 @@ async fn fenced_writes(kind: RedisKind) {
         async move { conn.apply_all(std::slice::from_ref(&c), &w).await.map(|v| v[0]) }
     };
     let mut r = env.redis_client();
-    let state = |r: &mut RedisClient| -> (u64, Vec<Record>) {
-        (r.version(&key), (0..3).map(|i| r.record(&key, i)).collect())
-    };
+    let state = |r: &mut RedisClient| -> (u64, Vec<Record>) { (r.version(&key), (0..3).map(|i| r.record(&key, i)).collect()) };
 
     let a = apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap();
     assert_eq!(a, Applied { version: 10, replicas_written: 3, version_moved: true, skipped_newer: false });
@@ -53,8 +51,14 @@ async fn fenced_writes(kind: RedisKind) {
     assert_eq!(after_10, (10, vec![(Some("v10".into()), Some(10), false); 3]));
 
     // An older change and a duplicate of the applied one change nothing.
-    assert_eq!(apply(ch(Some("v5"), Op::Update), w(5, 1)).await.unwrap(), Applied { version: 5, replicas_written: 0, version_moved: false, skipped_newer: true });
-    assert_eq!(apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap(), Applied { version: 10, replicas_written: 0, version_moved: false, skipped_newer: false });
+    assert_eq!(
+        apply(ch(Some("v5"), Op::Update), w(5, 1)).await.unwrap(),
+        Applied { version: 5, replicas_written: 0, version_moved: false, skipped_newer: true }
+    );
+    assert_eq!(
+        apply(ch(Some("v10"), Op::Insert), w(10, 1)).await.unwrap(),
+        Applied { version: 10, replicas_written: 0, version_moved: false, skipped_newer: false }
+    );
     assert_eq!(block(|| state(&mut r)), after_10, "re-applying old changes leaves every replica and the token as new as before");
 
     // A delete leaves tombstones with a TTL; a late, older write cannot resurrect the row.
@@ -77,7 +81,10 @@ async fn fenced_writes(kind: RedisKind) {
     assert_eq!(block(|| r.record(&key, 1)), (None, None, false));
     // ... and re-applying the newest change restores it without moving the token.
     let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(format!("{key}:r1"))));
-    assert_eq!(apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap(), Applied { version: 30, replicas_written: 1, version_moved: false, skipped_newer: false });
+    assert_eq!(
+        apply(ch(Some("v30"), Op::Insert), w(30, 1)).await.unwrap(),
+        Applied { version: 30, replicas_written: 1, version_moved: false, skipped_newer: false }
+    );
     assert_eq!(block(|| state(&mut r)), (30, vec![(Some("v30".into()), Some(30), false); 3]));
 
     // A writer with an older fencing token than the one that wrote the key is refused.
@@ -239,9 +246,8 @@ fn check_final_state(env: &Env, w: &Written) {
 }
 
 fn write_config(env: &Env, start: &str, lease_ms: u64) -> std::path::PathBuf {
-    let text = env
-        .config_toml(start, MAPPING)
-        .replace("reconnect_max_ms = 2000", &format!("reconnect_max_ms = 2000\nlease_ms = {lease_ms}"));
+    let text =
+        env.config_toml(start, MAPPING).replace("reconnect_max_ms = 2000", &format!("reconnect_max_ms = 2000\nlease_ms = {lease_ms}"));
     let dir = tk::state_root().join("configs");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(format!("{}.toml", env.prefix));
@@ -275,7 +281,12 @@ fn kill_9_at_crash_points_loses_nothing_and_never_regresses() {
         match wait_exit(&mut child, Duration::from_secs(6)) {
             Some(s) => {
                 use std::os::unix::process::ExitStatusExt;
-                assert_eq!(s.signal(), Some(libc::SIGKILL), "binval exited by itself ({s}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+                assert_eq!(
+                    s.signal(),
+                    Some(libc::SIGKILL),
+                    "binval exited by itself ({s}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
                 *fired.entry(point).or_default() += 1;
             }
             None => {
@@ -354,7 +365,11 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
     signal(&b, libc::SIGSTOP);
     let paused = Instant::now();
     while count_in(&log_c, "lease acquired") == 0 {
-        assert!(paused.elapsed() < Duration::from_secs(10), "third instance did not take over from the paused one: {}", std::fs::read_to_string(&log_c).unwrap_or_default());
+        assert!(
+            paused.elapsed() < Duration::from_secs(10),
+            "third instance did not take over from the paused one: {}",
+            std::fs::read_to_string(&log_c).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(800));
@@ -385,7 +400,11 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
         }
     }
     assert!(by_c > 0, "the last active instance wrote");
-    println!("standby took over {:.1} s after kill -9 of the active instance (lease 1.5 s); {} changes, none lost", takeover.as_secs_f64(), written.changes.len());
+    println!(
+        "standby took over {:.1} s after kill -9 of the active instance (lease 1.5 s); {} changes, none lost",
+        takeover.as_secs_f64(),
+        written.changes.len()
+    );
     for ch in [&mut b, &mut c] {
         signal(ch, libc::SIGTERM);
         let s = wait_exit(ch, Duration::from_secs(30)).expect("stops on SIGTERM");
@@ -395,7 +414,7 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_grow_even_after_the_counter_is_lost() {
-    use binval::lease::{fence_key, lease_key, Lease};
+    use binval::ha::lease::{fence_key, lease_key, Lease};
     let env = Env::new("tokens", RedisKind::Cluster);
     let cfg = env.config("current", "");
     let conn = RedisConn::connect(&cfg.redis).await.unwrap();

@@ -3,14 +3,14 @@
 //! In each, binval stalls without acknowledging anything, retries with backoff, and resumes
 //! with nothing lost.
 
-mod common;
+mod pipeline_env;
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use binval::config::Config;
-use common::*;
+use pipeline_env::*;
 
 const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
 const DOWN: Duration = Duration::from_secs(10);
@@ -64,7 +64,7 @@ async fn redis_restart_stalls_without_acknowledging_and_loses_nothing() {
     env.exec("INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)").await;
     let start = env.binlog_now().await;
     let text = env.config_toml(&start, MAPPING).replace(&tk::redis().url(), &own.url());
-    let run = common::start(Config::from_toml(&text).unwrap());
+    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
     let mut r = RedisClient::Standalone(redis::Client::open(own.url()).unwrap().get_connection().unwrap());
     block(|| check_redis(&mut r, &env, &first));
@@ -82,7 +82,12 @@ async fn redis_restart_stalls_without_acknowledging_and_loses_nothing() {
     let want: HashSet<(String, u64)> = during.iter().map(|(id, v, _)| (format!("{}:item:{id}", env.prefix), *v)).collect();
     let got = block(|| events_until(&tk::broker().bootstrap(), &env.topic, &want));
     assert!(want.is_subset(&got), "every change made while Redis was down has its event");
-    println!("redis down {} s: {} restarts, all {} changes applied after it returned", DOWN.as_secs(), run.stats.restarts.load(Relaxed), during.len());
+    println!(
+        "redis down {} s: {} restarts, all {} changes applied after it returned",
+        DOWN.as_secs(),
+        run.stats.restarts.load(Relaxed),
+        during.len()
+    );
     run.stop().await;
 }
 
@@ -98,7 +103,7 @@ async fn mariadb_restart_reconnects_and_resumes_from_where_it_was() {
     let mut cols = status.split_whitespace();
     let start = format!("{}:{}", cols.next().unwrap(), cols.next().unwrap());
     let text = env.config_toml(&start, MAPPING).replace(&tk::mariadb().repl_url(), &db.repl_url());
-    let run = common::start(Config::from_toml(&text).unwrap());
+    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
     let seq = |out: String| -> u64 { out.trim().rsplit('-').next().unwrap().parse().unwrap() };
     let v1 = seq(root("INSERT INTO items VALUES (1, 1)"));
     let mut r = env.redis_client();
@@ -144,8 +149,10 @@ async fn kafka_broker_down_and_erroring_mock_cluster_loses_nothing() {
     seed(&env).await;
     env.exec("INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)").await;
     let start = env.binlog_now().await;
-    let text = env.config_toml(&start, MAPPING).replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", mock.bootstrap_servers()));
-    let run = common::start(Config::from_toml(&text).unwrap());
+    let text = env
+        .config_toml(&start, MAPPING)
+        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", mock.bootstrap_servers()));
+    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
     let mut r = env.redis_client();
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
     block(|| check_redis(&mut r, &env, &first));
@@ -171,10 +178,14 @@ async fn kafka_broker_down_and_erroring_mock_cluster_loses_nothing() {
     let got = block(|| events_until(&mock.bootstrap_servers(), &env.topic, &want));
     let missing: Vec<_> = want.difference(&got).collect();
     assert!(missing.is_empty(), "events lost across the broker outage: {missing:?}");
-    println!("mock broker down {} s with produce errors: {} restarts, all {} events delivered after", DOWN.as_secs(), run.stats.restarts.load(Relaxed), during.len());
+    println!(
+        "mock broker down {} s with produce errors: {} restarts, all {} events delivered after",
+        DOWN.as_secs(),
+        run.stats.restarts.load(Relaxed),
+        during.len()
+    );
     run.stop().await;
 }
-
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_broker_stop_and_start_loses_nothing() {
@@ -190,7 +201,7 @@ async fn real_broker_stop_and_start_loses_nothing() {
         .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()))
         .replace("create_topic = false", "create_topic = true\nproperties = { \"message.timeout.ms\" = \"5000\", \"linger.ms\" = \"0\" }")
         .replace("[kafka.properties]\n\"linger.ms\" = \"0\"\n", "");
-    let run = common::start(Config::from_toml(&text).unwrap());
+    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
     let mut r = env.redis_client();
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
     block(|| check_redis(&mut r, &env, &first));
@@ -201,11 +212,20 @@ async fn real_broker_stop_and_start_loses_nothing() {
     block(|| broker.start()).unwrap();
     let until = Instant::now() + Duration::from_secs(90);
     while acked_seq(&run) < during.last().unwrap().1 {
-        assert!(Instant::now() < until, "acknowledgements did not resume after the broker returned (restarts: {})", run.stats.restarts.load(Relaxed));
+        assert!(
+            Instant::now() < until,
+            "acknowledgements did not resume after the broker returned (restarts: {})",
+            run.stats.restarts.load(Relaxed)
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     block(|| check_redis(&mut r, &env, &during));
-    println!("real broker down {} s: {} restarts, all {} changes acknowledged after it returned", DOWN.as_secs(), run.stats.restarts.load(Relaxed), during.len());
+    println!(
+        "real broker down {} s: {} restarts, all {} changes acknowledged after it returned",
+        DOWN.as_secs(),
+        run.stats.restarts.load(Relaxed),
+        during.len()
+    );
     run.stop().await;
 }
 
@@ -220,8 +240,9 @@ async fn redis_cluster_master_down_stalls_and_loses_nothing() {
     let text = env
         .config_toml(&start, MAPPING)
         .replace(&format!("urls = [{}]", quoted(tk::redis_cluster().urls())), &format!("urls = [{}]", quoted(cluster.urls())));
-    let run = common::start(Config::from_toml(&text).unwrap());
-    let client = |urls: Vec<String>| RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap()));
+    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
+    let client =
+        |urls: Vec<String>| RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap()));
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
     let mut r = block(|| client(cluster.urls()));
     block(|| check_redis(&mut r, &env, &first));
@@ -240,6 +261,11 @@ async fn redis_cluster_master_down_stalls_and_loses_nothing() {
     }
     let mut r = block(|| client(cluster.urls()));
     block(|| check_redis(&mut r, &env, &during));
-    println!("cluster master down {} s: {} restarts, all {} changes applied after it returned", DOWN.as_secs(), run.stats.restarts.load(Relaxed), during.len());
+    println!(
+        "cluster master down {} s: {} restarts, all {} changes applied after it returned",
+        DOWN.as_secs(),
+        run.stats.restarts.load(Relaxed),
+        during.len()
+    );
     run.stop().await;
 }

@@ -1,15 +1,16 @@
 //! The whole loop: a commit in MariaDB evicts the key from the local cache of every app
 //! instance that links `binval-consumer`, and the next read returns the database's value.
 
-mod common;
+mod pipeline_env;
 
 use std::time::{Duration, Instant};
 
 use binval_consumer::Consumer;
-use common::*;
+use pipeline_env::*;
 
 async fn app(env: &Env) -> Consumer {
-    let b = Consumer::builder().brokers(tk::broker().bootstrap()).topic(env.topic.clone()).replicas(4).kafka_property("fetch.wait.max.ms", "5");
+    let b =
+        Consumer::builder().brokers(tk::broker().bootstrap()).topic(env.topic.clone()).replicas(4).kafka_property("fetch.wait.max.ms", "5");
     let b = match env.redis {
         RedisKind::Standalone => b.redis_standalone(tk::redis().url()),
         RedisKind::Cluster => b.redis_cluster(tk::redis_cluster().urls()),
@@ -22,7 +23,7 @@ async fn two_instances_evict(kind: RedisKind) {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))").await;
     env.exec("INSERT INTO items VALUES (7, 'lamp', 19.99)").await;
     let start = env.binlog_now().await;
-    let run = common::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n"));
+    let run = pipeline_env::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n"));
     let key = format!("{}:item:7", env.prefix);
     // Seed the replicas through binval itself. Its event (version v1) may still reach the apps
     // after they start; only the v2 notice counts below.
@@ -87,19 +88,17 @@ async fn republish_makes_an_instance_that_missed_an_event_evict() {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))").await;
     let start = env.binlog_now().await;
     let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
-    let run = common::start(env.config(&start, mapping));
+    let run = pipeline_env::start(env.config(&start, mapping));
     let key = format!("{}:item:7", env.prefix);
     let v1 = env.exec_v("INSERT INTO items VALUES (7, 'lamp', 19.99)").await;
     let mut r = env.redis_client();
     assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v1)), v1);
-    let old: Vec<Vec<String>> = tokio::task::block_in_place(|| {
-        (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect()
-    });
+    let old: Vec<Vec<String>> =
+        tokio::task::block_in_place(|| (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect());
     let v2 = env.exec_v("UPDATE items SET price = 24.50 WHERE id = 7").await;
     assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v2)), v2);
-    let new: Vec<Vec<String>> = tokio::task::block_in_place(|| {
-        (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect()
-    });
+    let new: Vec<Vec<String>> =
+        tokio::task::block_in_place(|| (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect());
     // Put Redis back to v1 for a moment, let a new instance (listening from the newest offset,
     // so after the v2 event) cache the old pair, then restore v2: the instance now holds a value
     // whose invalidation it never saw.
@@ -154,7 +153,7 @@ async fn truncate_evicts_every_key_of_the_table() {
     env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(50))").await;
     let start = env.binlog_now().await;
     let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n\n[[mappings]]\ntable = \"{db}.tags\"\nkeys = [\"{p}:tag:{id}\"]\nreplicas = 4\n";
-    let run = common::start(env.config(&start, mapping));
+    let run = pipeline_env::start(env.config(&start, mapping));
     env.exec("INSERT INTO items VALUES (1, 'a'), (2, 'b')").await;
     let v = env.exec_v("INSERT INTO tags VALUES (1, 'red')").await;
     let mut r = env.redis_client();
@@ -198,8 +197,10 @@ async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
     let start = env.binlog_now().await;
     let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
-    let text = env.config_toml(&start, mapping).replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));
-    let run = common::start(binval::config::Config::from_toml(&text).unwrap());
+    let text = env
+        .config_toml(&start, mapping)
+        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));
+    let run = pipeline_env::start(binval::config::Config::from_toml(&text).unwrap());
     let key = format!("{}:item:1", env.prefix);
     let v1 = env.exec_v("INSERT INTO items VALUES (1, 1)").await;
     let mut r = env.redis_client();
@@ -239,7 +240,11 @@ async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
     let at = served_new_at.expect("the app kept serving the old value although its stream was stuck");
     assert!(frozen + at <= deadline, "stale value served {:?} after the broker hung (bound {:?})", at, bound);
     assert!(!a.is_serving_local(), "bypassing the local cache while the stream is stuck");
-    println!("broker hung: app served the database's value again after {:.0} ms (bound {} ms)", at.as_secs_f64() * 1000.0, bound.as_millis());
+    println!(
+        "broker hung: app served the database's value again after {:.0} ms (bound {} ms)",
+        at.as_secs_f64() * 1000.0,
+        bound.as_millis()
+    );
 
     broker.freeze(false);
     let until = Instant::now() + Duration::from_secs(15);

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use binval::offline::{read_file, OfflineError, Summary};
+use binval::binlog::offline::{read_file, OfflineError, Summary};
 use serde_json::{json, Value};
 
 fn dir() -> PathBuf {
@@ -153,9 +153,11 @@ fn corrupted_copy(src: &std::path::Path, edit: impl FnOnce(&mut Vec<u8>)) -> Pat
 fn corrupt_compressed_event_and_bad_checksum_are_reported() {
     // MariaDB log_bin_compress=ON without checksums: a damaged zlib stream inside a compressed
     // row event is a decompression error naming the file and the event's position.
-    let db = binval_testkit::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-checksum=NONE"]).unwrap();
+    let db =
+        binval_testkit::MariaDb::start_with(&["--log-bin-compress=ON", "--log-bin-compress-min-len=10", "--binlog-checksum=NONE"]).unwrap();
     let name = db.create_database("zcorrupt").unwrap();
-    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT); INSERT INTO `{name}`.t VALUES (1, REPEAT('abc', 1000));")).unwrap();
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT); INSERT INTO `{name}`.t VALUES (1, REPEAT('abc', 1000));"))
+        .unwrap();
     let status = db.sql("SHOW MASTER STATUS").unwrap();
     let file = db.datadir.join(status.split('\t').next().unwrap());
     let mut lines = Vec::new();
@@ -165,7 +167,9 @@ fn corrupt_compressed_event_and_bad_checksum_are_reported() {
     let bad = corrupted_copy(&file, |b| b[end as usize - 2] ^= 0xff);
     let e = read_file(&bad, None, None, |_| {}).unwrap_err().to_string();
     assert!(
-        e.contains(&bad.display().to_string()) && e.contains(&format!("position {pos}")) && e.contains("Write_rows_compressed_v1 cannot be decompressed"),
+        e.contains(&bad.display().to_string())
+            && e.contains(&format!("position {pos}"))
+            && e.contains("Write_rows_compressed_v1 cannot be decompressed"),
         "{e}"
     );
 
@@ -197,7 +201,12 @@ fn damaged_transaction_payload_stops_the_reader_and_emits_none_of_its_rows() {
     });
     let mut rows_seen = 0;
     let e = read_file(&bad, None, None, |l| rows_seen += l.get("kind").is_some() as usize).unwrap_err().to_string();
-    assert!(e.contains(&bad.display().to_string()) && e.contains(&format!("position {pos}")) && e.contains("TRANSACTION_PAYLOAD cannot be read"), "{e}");
+    assert!(
+        e.contains(&bad.display().to_string())
+            && e.contains(&format!("position {pos}"))
+            && e.contains("TRANSACTION_PAYLOAD cannot be read"),
+        "{e}"
+    );
     assert_eq!(rows_seen, 0, "no row of the damaged transaction is emitted");
 }
 

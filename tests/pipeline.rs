@@ -1,15 +1,16 @@
 //! End to end on real services: MariaDB binlog -> binval pipeline -> Redis replicas + version
 //! tokens -> Kafka invalidation events.
 
-mod common;
+mod pipeline_env;
 
 use std::time::Duration;
 
 use binval_protocol::Op;
-use common::*;
+use pipeline_env::*;
 use serde_json::json;
 
-const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2), stock MEDIUMINT, updated DATETIME(3), note TEXT)";
+const ITEMS: &str =
+    "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2), stock MEDIUMINT, updated DATETIME(3), note TEXT)";
 
 fn items_mapping(replicas: u32) -> String {
     format!("[[mappings]]\ntable = \"{{db}}.items\"\nkeys = [\"{{p}}:item:{{id}}\"]\nreplicas = {replicas}\n")
@@ -71,7 +72,7 @@ async fn insert_update_delete(kind: RedisKind) {
 }
 
 fn start_pipeline(env: &Env, start: &str, mappings: &str) -> Running {
-    common::start(env.config(start, mappings))
+    pipeline_env::start(env.config(start, mappings))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +137,10 @@ async fn key_column_update_moves_the_key() {
     assert_eq!(v["title"], json!("a"));
     let mut events = block(|| read_events(&env.topic, 2));
     events.sort_by(|a, b| a.key.cmp(&b.key));
-    assert_eq!(events.iter().map(|e| (e.key.as_str(), e.op)).collect::<Vec<_>>(), vec![(old.as_str(), Op::Delete), (new.as_str(), Op::Insert)]);
+    assert_eq!(
+        events.iter().map(|e| (e.key.as_str(), e.op)).collect::<Vec<_>>(),
+        vec![(old.as_str(), Op::Delete), (new.as_str(), Op::Insert)]
+    );
     run.stop().await;
 }
 
@@ -168,7 +172,11 @@ async fn multi_row_transaction_in_commit_order_and_rollback_changes_nothing() {
     assert_eq!(block(|| r.replica(&k(1), 0)), None);
     let events = block(|| read_events(&env.topic, 2));
     let key2: Vec<(u64, Op)> = events.iter().filter(|e| e.key == k(2)).map(|e| (e.version, e.op)).collect();
-    assert_eq!(key2, vec![(v, Op::Insert)], "one event per key per transaction: the state after the commit (inserted, then updated twice = insert)");
+    assert_eq!(
+        key2,
+        vec![(v, Op::Insert)],
+        "one event per key per transaction: the state after the commit (inserted, then updated twice = insert)"
+    );
     assert!(events.iter().all(|e| e.key != k(1)));
     let positions: std::collections::HashSet<_> = events.iter().map(|e| e.position.clone()).collect();
     assert_eq!(positions.len(), 1, "one transaction, one position");
@@ -297,7 +305,8 @@ async fn rename_of_a_mapped_table_is_followed_across_restarts() {
     let v = env.exec_v("INSERT INTO goods (id, title) VALUES (2, 'two')").await;
     assert_eq!(block(|| r.wait_version(&k(2), v)), v, "rows of the renamed table still map to the items keys");
     run.stop().await;
-    let cp: serde_json::Value = serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
     assert_eq!(cp["renamed"][format!("{}.goods", env.db)], json!(format!("{}.items", env.db)), "{cp}");
 
     // After a restart (from the checkpoint) the new name is still followed; a new table under
@@ -373,7 +382,13 @@ async fn xa_transactions_never_reach_the_cache_uncommitted() {
     let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
     assert_eq!(v["title"], json!("xa one phase"));
     // Two-phase XA on a mapped table: refused loudly at PREPARE, nothing written.
-    for q in ["XA START 'three'", "UPDATE items SET title = 'prepared only' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'", "XA ROLLBACK 'three'"] {
+    for q in [
+        "XA START 'three'",
+        "UPDATE items SET title = 'prepared only' WHERE id = 1",
+        "XA END 'three'",
+        "XA PREPARE 'three'",
+        "XA ROLLBACK 'three'",
+    ] {
         c.query_drop(q).await.unwrap();
     }
     c.disconnect().await.ok();
@@ -396,12 +411,13 @@ async fn column_types_arrive_as_canonical_json() {
     let start = env.binlog_now().await;
     let run = start_pipeline(&env, &start, "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n");
     env.exec("SET time_zone = '+00:00'").await;
-    let v = env.exec_v(
-        "INSERT INTO t VALUES (1, -128, -8388608, 18446744073709551615, -12345678.0100, 0.1, 2.5, \
+    let v = env
+        .exec_v(
+            "INSERT INTO t VALUES (1, -128, -8388608, 18446744073709551615, -12345678.0100, 0.1, 2.5, \
          '2024-02-29', '2024-02-29 23:59:59.000001', '-838:59:58.123', '2038-01-19 03:14:07.99', 0, b'1000000001', 'green', 'a,c', \
          'ab', x'00ff00', 'café', 'AB', '🎉', 'multi\nline', NULL)",
-    )
-    .await;
+        )
+        .await;
     let key = format!("{}:t:1", env.prefix);
     let mut r = env.redis_client();
     assert_eq!(block(|| r.wait_version(&key, v)), v);

@@ -1,10 +1,10 @@
 //! `binval replay` as an operator runs it, beside a live pipeline, on real services.
 
-mod common;
+mod pipeline_env;
 
 use std::process::Command;
 
-use common::*;
+use pipeline_env::*;
 use serde_json::{json, Value};
 
 const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n\n[[mappings]]\ntable = \"{db}.tags\"\nkeys = [\"{p}:tag:{id}\"]\n";
@@ -24,7 +24,8 @@ fn replay(cfg: &std::path::Path, args: &[&str]) -> (i32, Vec<Value>, String) {
         .env("RUST_LOG", "warn")
         .output()
         .unwrap();
-    let lines = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect();
+    let lines =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect();
     (out.status.code().unwrap_or(-1), lines, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -43,7 +44,7 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
     env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(20))").await;
     let start = env.binlog_now().await;
     let cfg = write_config(&env, &env.config_toml(&start, MAPPING));
-    let run = common::start(env.config(&start, MAPPING));
+    let run = pipeline_env::start(env.config(&start, MAPPING));
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
     env.exec("INSERT INTO items VALUES (1, 10), (2, 20), (3, 30)").await;
     env.exec("INSERT INTO tags VALUES (1, 'red')").await;

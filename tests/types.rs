@@ -5,12 +5,12 @@
 //! schemas/README.md. Run three ways: the default server, `--binlog-checksum=NONE`, and
 //! `--log-bin-compress=ON`.
 
-mod support;
+mod binlog_rows;
 
+use binlog_rows::{canonical, select_expr, Conv};
 use binval_testkit as tk;
 use mysql_async::prelude::Queryable;
 use serde_json::{json, Map, Value};
-use support::{canonical, select_expr, Conv};
 
 /// A column type and the SQL literals of its edge values.
 struct TypeCase {
@@ -44,36 +44,80 @@ fn cases() -> Vec<TypeCase> {
         TypeCase {
             ty: "DECIMAL(65,30)",
             conv: Text,
-            values: lits(&["-99999999999999999999999999999999999.999999999999999999999999999999", "1.000000000000000000000000000001", "-0.1"]),
+            values: lits(&[
+                "-99999999999999999999999999999999999.999999999999999999999999999999",
+                "1.000000000000000000000000000001",
+                "-0.1",
+            ]),
         },
-        TypeCase { ty: "FLOAT", conv: Float, values: lits(&["0", "-1.5", "3.40282e38", "-1.17549e-38", "0.1", "123456.7", "1e-45", "NULL"]) },
+        TypeCase {
+            ty: "FLOAT",
+            conv: Float,
+            values: lits(&["0", "-1.5", "3.40282e38", "-1.17549e-38", "0.1", "123456.7", "1e-45", "NULL"]),
+        },
         TypeCase {
             ty: "DOUBLE",
             conv: Double,
-            values: lits(&["0", "-1.5", "1.7976931348623157e308", "2.2250738585072014e-308", "0.1", "0.30000000000000004", "-4.9e-324", "1e22", "NULL"]),
+            values: lits(&[
+                "0",
+                "-1.5",
+                "1.7976931348623157e308",
+                "2.2250738585072014e-308",
+                "0.1",
+                "0.30000000000000004",
+                "-4.9e-324",
+                "1e22",
+                "NULL",
+            ]),
         },
         TypeCase { ty: "BIT(1)", conv: Num, values: lits(&["b'0'", "b'1'", "NULL"]) },
         TypeCase { ty: "BIT(8)", conv: Num, values: lits(&["b'11111111'", "b'10000000'", "0"]) },
         TypeCase { ty: "BIT(17)", conv: Num, values: lits(&["b'11111111111111111'", "b'10000000000000001'", "1"]) },
         TypeCase { ty: "BIT(64)", conv: Num, values: lits(&["x'FFFFFFFFFFFFFFFF'", "x'8000000000000000'", "x'0000000000000001'", "0"]) },
-        TypeCase { ty: "DATE", conv: Text, values: lits(&["'1000-01-01'", "'9999-12-31'", "'0000-00-00'", "'2024-02-29'", "'2024-00-15'", "'2024-05-00'", "NULL"]) },
+        TypeCase {
+            ty: "DATE",
+            conv: Text,
+            values: lits(&["'1000-01-01'", "'9999-12-31'", "'0000-00-00'", "'2024-02-29'", "'2024-00-15'", "'2024-05-00'", "NULL"]),
+        },
         TypeCase { ty: "YEAR", conv: Num, values: lits(&["0", "1901", "2155", "2024", "NULL"]) },
     ];
     for fsp in 0..=6 {
         c.push(TypeCase {
             ty: leak(format!("DATETIME({fsp})")),
             conv: Text,
-            values: lits(&["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59.999999'", "'0000-00-00 00:00:00'", "'2024-02-29 12:34:56.123456'", "'2024-00-00 00:00:00.000001'", "NULL"]),
+            values: lits(&[
+                "'1000-01-01 00:00:00'",
+                "'9999-12-31 23:59:59.999999'",
+                "'0000-00-00 00:00:00'",
+                "'2024-02-29 12:34:56.123456'",
+                "'2024-00-00 00:00:00.000001'",
+                "NULL",
+            ]),
         });
         c.push(TypeCase {
             ty: leak(format!("TIMESTAMP({fsp}) NULL")),
             conv: Utc,
-            values: lits(&["'1970-01-01 00:00:01'", "'2038-01-19 03:14:07.999999'", "'0000-00-00 00:00:00'", "'2024-02-29 12:34:56.100001'", "NULL"]),
+            values: lits(&[
+                "'1970-01-01 00:00:01'",
+                "'2038-01-19 03:14:07.999999'",
+                "'0000-00-00 00:00:00'",
+                "'2024-02-29 12:34:56.100001'",
+                "NULL",
+            ]),
         });
         c.push(TypeCase {
             ty: leak(format!("TIME({fsp})")),
             conv: Text,
-            values: lits(&["'-838:59:59'", "'838:59:59'", "'00:00:00'", "'-00:00:00.5'", "'-00:00:01.000001'", "'12:34:56.789012'", "'-100:00:00.654321'", "NULL"]),
+            values: lits(&[
+                "'-838:59:59'",
+                "'838:59:59'",
+                "'00:00:00'",
+                "'-00:00:00.5'",
+                "'-00:00:01.000001'",
+                "'12:34:56.789012'",
+                "'-100:00:00.654321'",
+                "NULL",
+            ]),
         });
     }
     let texts = |ty: &'static str, extra: &[&str]| {
@@ -88,7 +132,10 @@ fn cases() -> Vec<TypeCase> {
     c.push(texts("TEXT CHARACTER SET utf8mb4", &["REPEAT('ü', 30000)"]));
     c.push(texts("MEDIUMTEXT CHARACTER SET utf8mb4", &["REPEAT('abc', 100000)"]));
     c.push(texts("VARCHAR(20) CHARACTER SET utf8mb3", &["'héllo 中文'"]));
-    c.push(texts("VARCHAR(20) CHARACTER SET latin1", &["'café €‚ƒ'", "_latin1 x'81'", "_latin1 x'8D8F909D'", "_latin1 x'FF'", "REPEAT('é', 20)"]));
+    c.push(texts(
+        "VARCHAR(20) CHARACTER SET latin1",
+        &["'café €‚ƒ'", "_latin1 x'81'", "_latin1 x'8D8F909D'", "_latin1 x'FF'", "REPEAT('é', 20)"],
+    ));
     c.push(texts("CHAR(5) CHARACTER SET latin1", &["'Œ'"]));
     c.push(texts("TEXT CHARACTER SET latin1", &["'ÿ‰™'"]));
     c.push(texts("VARCHAR(20) CHARACTER SET gbk", &["'中文'", "'汉字—·「」'", "'￥€'", "REPEAT('龘', 20)"]));
@@ -113,19 +160,39 @@ fn cases() -> Vec<TypeCase> {
         conv: Set,
         values: lits(&["'s0,s63'", "'s31,s32'", "''"]),
     });
-    c.push(TypeCase { ty: "JSON", conv: Text, values: lits(&["'{\"a\": 1, \"b\": [true, null, \"é\"]}'", "'[]'", "'\"str\"'", "'null'", "'1.50'", "NULL"]) });
+    c.push(TypeCase {
+        ty: "JSON",
+        conv: Text,
+        values: lits(&["'{\"a\": 1, \"b\": [true, null, \"é\"]}'", "'[]'", "'\"str\"'", "'null'", "'1.50'", "NULL"]),
+    });
     c.push(TypeCase {
         ty: "GEOMETRY",
         conv: Geo,
-        values: lits(&["ST_GeomFromText('POINT(1 2)')", "ST_GeomFromText('POINT(-1.5 2e10)', 4326)", "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)')", "ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))', 3857)", "NULL"]),
+        values: lits(&[
+            "ST_GeomFromText('POINT(1 2)')",
+            "ST_GeomFromText('POINT(-1.5 2e10)', 4326)",
+            "ST_GeomFromText('LINESTRING(0 0, 1 1, 2 0)')",
+            "ST_GeomFromText('POLYGON((0 0,1 0,1 1,0 0))', 3857)",
+            "NULL",
+        ]),
     });
     c.push(TypeCase { ty: "POINT", conv: Geo, values: lits(&["ST_GeomFromText('POINT(0 0)')", "POINT(3, 4)"]) });
     c.push(TypeCase {
         ty: "UUID",
         conv: BinCast(16),
-        values: lits(&["'00000000-0000-0000-0000-000000000000'", "'123e4567-e89b-12d3-a456-426655440000'", "'ffffffff-ffff-4fff-bfff-ffffffffff00'", "'01234567-89ab-7def-8123-456789abcd00'", "NULL"]),
+        values: lits(&[
+            "'00000000-0000-0000-0000-000000000000'",
+            "'123e4567-e89b-12d3-a456-426655440000'",
+            "'ffffffff-ffff-4fff-bfff-ffffffffff00'",
+            "'01234567-89ab-7def-8123-456789abcd00'",
+            "NULL",
+        ]),
     });
-    c.push(TypeCase { ty: "INET6", conv: BinCast(16), values: lits(&["'::'", "'::1'", "'2001:db8::'", "'ffff::ff00'", "'::ffff:1.2.3.0'", "NULL"]) });
+    c.push(TypeCase {
+        ty: "INET6",
+        conv: BinCast(16),
+        values: lits(&["'::'", "'::1'", "'2001:db8::'", "'ffff::ff00'", "'::ffff:1.2.3.0'", "NULL"]),
+    });
     c.push(TypeCase { ty: "INET4", conv: BinCast(4), values: lits(&["'0.0.0.0'", "'255.255.255.255'", "'10.0.0.0'", "NULL"]) });
     c
 }
@@ -176,12 +243,16 @@ impl Matrix {
             let t = self.table(k);
             let n = tc.values.len();
             for (i, v) in tc.values.iter().enumerate() {
-                c.query_drop(format!("INSERT INTO t{k} VALUES ({}, {v})", i + 1)).await.unwrap_or_else(|e| panic!("{}: insert {v}: {e}", tc.ty));
+                c.query_drop(format!("INSERT INTO t{k} VALUES ({}, {v})", i + 1))
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: insert {v}: {e}", tc.ty));
             }
             let snap1 = self.snapshot(&mut c, k).await;
             for i in 0..n {
                 let next = &tc.values[(i + 1) % n];
-                c.query_drop(format!("UPDATE t{k} SET v = {next} WHERE id = {}", i + 1)).await.unwrap_or_else(|e| panic!("{}: update {next}: {e}", tc.ty));
+                c.query_drop(format!("UPDATE t{k} SET v = {next} WHERE id = {}", i + 1))
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: update {next}: {e}", tc.ty));
             }
             let snap2 = self.snapshot(&mut c, k).await;
             c.query_drop(format!("DELETE FROM t{k}")).await.unwrap();
@@ -235,7 +306,8 @@ impl Matrix {
 
     async fn snapshot(&self, c: &mut mysql_async::Conn, k: usize) -> Vec<Value> {
         let conv = self.cases[k].conv;
-        let rows: Vec<(i64, Option<String>)> = c.query(format!("SELECT id, {} FROM t{k} ORDER BY id", select_expr(conv, "v"))).await.unwrap();
+        let rows: Vec<(i64, Option<String>)> =
+            c.query(format!("SELECT id, {} FROM t{k} ORDER BY id", select_expr(conv, "v"))).await.unwrap();
         rows.into_iter().map(|(id, v)| json!({"id": id, "v": canonical(conv, v)})).collect()
     }
 
@@ -270,8 +342,8 @@ impl Matrix {
 async fn type_matrix(db: &tk::MariaDb) {
     let m = Matrix { db: db.create_database("types").unwrap(), cases: cases() };
     m.create(db);
-    let from = support::binlog_now(db);
-    let mut live = support::Live::at(db, &m.tables(), &from);
+    let from = binlog_rows::binlog_now(db);
+    let mut live = binlog_rows::Live::at(db, &m.tables(), &from);
     let want = m.run(db).await;
     assert!(want.len() > 600, "{} row changes expected", want.len());
     if std::env::var_os("BINVAL_SHOW_TYPES").is_some() {
@@ -282,7 +354,7 @@ async fn type_matrix(db: &tk::MariaDb) {
     let got = live.rows(want.len(), 60).await;
     live.stop().await;
     compare(&got, &want, &m, "live");
-    let offline = support::offline_rows(db, &from, &m.db).unwrap();
+    let offline = binlog_rows::offline_rows(db, &from, &m.db).unwrap();
     compare(&offline, &want, &m, "offline");
 }
 
@@ -294,14 +366,19 @@ fn compare(got: &[Value], want: &[Value], m: &Matrix, how: &str) {
     };
     let mut problems = Vec::new();
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        if let Some(d) = support::first_difference(g, w) {
+        if let Some(d) = binlog_rows::first_difference(g, w) {
             problems.push(format!("#{i} {} ({}): {d}", ty(w), w["kind"]));
         }
     }
     if got.len() != want.len() {
         problems.push(format!("got {} row changes, want {}", got.len(), want.len()));
     }
-    assert!(problems.is_empty(), "{how}: {} mismatches:\n{}", problems.len(), problems.iter().take(40).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{how}: {} mismatches:\n{}",
+        problems.len(),
+        problems.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,7 +421,7 @@ async fn gbk_matches_the_server_for_every_two_byte_code() {
         for (i, code) in chunk.iter().enumerate() {
             let server: Option<String> = row.get(i).unwrap();
             let server = server.unwrap_or_default();
-            let ours = binval::charset::decode(28, code.to_be_bytes().to_vec());
+            let ours = binval::binlog::decode::charset::decode(28, code.to_be_bytes().to_vec());
             let ok = match &ours {
                 Ok(s) => *s == server,
                 Err(_) => server == "?",
@@ -355,5 +432,10 @@ async fn gbk_matches_the_server_for_every_two_byte_code() {
         }
     }
     c.disconnect().await.ok();
-    assert!(mismatches.is_empty(), "{} gbk codes differ:\n{}", mismatches.len(), mismatches.iter().take(50).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "{} gbk codes differ:\n{}",
+        mismatches.len(),
+        mismatches.iter().take(50).cloned().collect::<Vec<_>>().join("\n")
+    );
 }

@@ -62,11 +62,8 @@ fn setup(hot_key_detection: bool, thread_front: bool) -> (tokio::runtime::Runtim
         let mut conn = client.get_multiplexed_async_connection().await.expect("redis connection");
         let mut p = redis::pipe();
         // binval's fenced record format: a hash with the payload `d` and position `p`.
-        p.hset_multiple(
-            binval_protocol::replica_key(&key, 0),
-            &[("d", r#"{"id":6666,"name":"lamp","price_cents":1999}"#), ("p", "1")],
-        )
-        .ignore();
+        p.hset_multiple(binval_protocol::replica_key(&key, 0), &[("d", r#"{"id":6666,"name":"lamp","price_cents":1999}"#), ("p", "1")])
+            .ignore();
         p.set(binval_protocol::version_key(&key), 1).ignore();
         p.query_async::<()>(&mut conn).await.expect("write key");
         let c = Consumer::builder()
@@ -129,9 +126,7 @@ fn local_hit(cr: &mut Criterion) {
     // Each iteration is one hit; two threads share the iterations, so criterion's time per
     // iteration is wall time / hits and its throughput is the total of both threads.
     g.bench_function("get_2_threads", |b| b.iter_custom(|iters| run_threads(&c, &key, 2, iters)));
-    g.bench_function("get_shared_2_threads", |b| {
-        b.iter_custom(|iters| run_threads_with(&c, &key, 2, iters, hit_shared))
-    });
+    g.bench_function("get_shared_2_threads", |b| b.iter_custom(|iters| run_threads_with(&c, &key, 2, iters, hit_shared)));
     g.finish();
 
     let s = c.stats();

@@ -67,9 +67,7 @@ fn cache_mode(spec: &str) -> anyhow::Result<CacheMode> {
     Ok(match spec.trim() {
         "all" => CacheMode::All,
         "hot" => CacheMode::HotOnly,
-        s if s.starts_with("prefix:") => {
-            CacheMode::Prefixes(s["prefix:".len()..].split(',').map(|p| p.trim().to_string()).collect())
-        }
+        s if s.starts_with("prefix:") => CacheMode::Prefixes(s["prefix:".len()..].split(',').map(|p| p.trim().to_string()).collect()),
         other => bail!("BINVAL_CACHE_MODE={other:?}: expected all, hot or prefix:<p1>,<p2>"),
     })
 }
@@ -92,11 +90,7 @@ async fn build_consumer(key_prefix: &str) -> anyhow::Result<Consumer> {
         .max_entries(100_000)
         .max_bytes(env_or("BINVAL_MAX_BYTES", 64u64 << 20)?)
         .max_fills_per_key_per_sec(env_or("BINVAL_MAX_FILLS_PER_KEY_PER_SEC", 0u32)?);
-    b = if urls.len() > 1 || env_or("BINVAL_REDIS_CLUSTER", false)? {
-        b.redis_cluster(urls)
-    } else {
-        b.redis_standalone(&urls[0])
-    };
+    b = if urls.len() > 1 || env_or("BINVAL_REDIS_CLUSTER", false)? { b.redis_cluster(urls) } else { b.redis_standalone(&urls[0]) };
     Ok(b.build().await?)
 }
 

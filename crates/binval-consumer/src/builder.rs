@@ -660,9 +660,7 @@ impl ConsumerBuilder {
         let cfg = |field, reason: &str| Err(ConsumerError::Config { field, reason: reason.to_string() });
         match &self.redis {
             None => return cfg("redis", "no Redis given: call .redis_standalone(url) or .redis_cluster(urls)"),
-            Some(RedisTarget::Cluster(urls)) if urls.is_empty() => {
-                return cfg("redis_cluster", "at least one seed node URL is needed")
-            }
+            Some(RedisTarget::Cluster(urls)) if urls.is_empty() => return cfg("redis_cluster", "at least one seed node URL is needed"),
             _ => {}
         }
         if self.brokers.as_deref().is_none_or(|b| b.trim().is_empty()) {
@@ -790,13 +788,7 @@ impl ConsumerBuilder {
         prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
 
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let group_id = format!(
-            "{}-{}-{:x}-{:08x}",
-            self.group_id_prefix,
-            std::process::id(),
-            nanos,
-            rand::random::<u32>()
-        );
+        let group_id = format!("{}-{}-{:x}-{:08x}", self.group_id_prefix, std::process::id(), nanos, rand::random::<u32>());
         let settings = ListenerSettings {
             brokers: self.brokers.clone().expect("validated"),
             topic: self.topic.clone().expect("validated"),

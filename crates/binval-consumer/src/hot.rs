@@ -139,11 +139,7 @@ impl HotKeys {
     pub(crate) fn new(s: HotSettings) -> Self {
         HotKeys {
             s,
-            w: Mutex::new(Windows {
-                cur: SpaceSaving::new(s.capacity),
-                prev: SpaceSaving::new(s.capacity),
-                cur_start: Instant::now(),
-            }),
+            w: Mutex::new(Windows { cur: SpaceSaving::new(s.capacity), prev: SpaceSaving::new(s.capacity), cur_start: Instant::now() }),
             published: Mutex::new(Vec::new()),
         }
     }

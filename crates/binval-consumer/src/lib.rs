@@ -571,11 +571,9 @@ impl Consumer {
     ) -> Result<Option<T>, ConsumerError> {
         match self.get_shared(key).await? {
             None => Ok(None),
-            Some(text) => decode(&text).map(Some).map_err(|e| ConsumerError::Decode {
-                key: key.to_string(),
-                what: "payload",
-                reason: e.to_string(),
-            }),
+            Some(text) => {
+                decode(&text).map(Some).map_err(|e| ConsumerError::Decode { key: key.to_string(), what: "payload", reason: e.to_string() })
+            }
         }
     }
 
@@ -610,11 +608,8 @@ impl Consumer {
         let inner = &*self.inner;
         let vkey = version_key(key);
         let raw = inner.redis.get(&vkey, inner.response_timeout).await?;
-        let version = parse_version(raw.as_deref()).map_err(|reason| ConsumerError::Decode {
-            key: vkey.clone(),
-            what: "version token",
-            reason,
-        })?;
+        let version =
+            parse_version(raw.as_deref()).map_err(|reason| ConsumerError::Decode { key: vkey.clone(), what: "version token", reason })?;
         let n = self.replicas_for(key);
         let mut order: Vec<u32> = (0..n).collect();
         order.shuffle(&mut rand::rng());
@@ -650,10 +645,7 @@ impl Consumer {
             }
             Err(_) => {
                 counters.loader_error();
-                Err(ConsumerError::Timeout {
-                    op: format!("loader for `{key}`"),
-                    after_ms: inner.loader_timeout.as_millis() as u64,
-                })
+                Err(ConsumerError::Timeout { op: format!("loader for `{key}`"), after_ms: inner.loader_timeout.as_millis() as u64 })
             }
         }
     }
@@ -661,11 +653,7 @@ impl Consumer {
     /// The replica count N used for `key`: the longest matching
     /// [`ConsumerBuilder::replicas_for_prefix`], else [`ConsumerBuilder::replicas`].
     pub fn replicas_for(&self, key: &str) -> u32 {
-        self.inner
-            .prefix_replicas
-            .iter()
-            .find(|(p, _)| key.starts_with(p.as_str()))
-            .map_or(self.inner.default_replicas, |(_, n)| *n)
+        self.inner.prefix_replicas.iter().find(|(p, _)| key.starts_with(p.as_str())).map_or(self.inner.default_replicas, |(_, n)| *n)
     }
 
     /// The version the local cache holds `key` at, if it holds it; does not count as a hit or

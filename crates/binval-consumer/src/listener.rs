@@ -98,17 +98,15 @@ pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -
     let mut starts = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for &p in &ids {
-        let (_low, high) = consumer.fetch_watermarks(&s.topic, p, s.request_timeout).map_err(|e| {
-            ConsumerError::kafka(format!("fetch watermarks of topic `{}` partition {p}", s.topic), e)
-        })?;
+        let (_low, high) = consumer
+            .fetch_watermarks(&s.topic, p, s.request_timeout)
+            .map_err(|e| ConsumerError::kafka(format!("fetch watermarks of topic `{}` partition {p}", s.topic), e))?;
         tpl.add_partition_offset(&s.topic, p, Offset::Offset(high))
             .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
         starts.insert(p, high);
         debug!(topic = %s.topic, partition = p, offset = high, "assigning partition at its high watermark");
     }
-    consumer
-        .assign(&tpl)
-        .map_err(|e| ConsumerError::kafka(format!("assign {} partitions of topic `{}`", ids.len(), s.topic), e))?;
+    consumer.assign(&tpl).map_err(|e| ConsumerError::kafka(format!("assign {} partitions of topic `{}`", ids.len(), s.topic), e))?;
     Ok(starts)
 }
 
@@ -303,7 +301,8 @@ fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsum
     let c = create_consumer(s)?;
     let mut tpl = TopicPartitionList::new();
     for (&p, &o) in next {
-        tpl.add_partition_offset(&s.topic, p, Offset::Offset(o)).map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(o))
+            .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
     }
     c.assign(&tpl).map_err(|e| ConsumerError::kafka(format!("assign topic `{}`", s.topic), e))?;
     Ok(c)

@@ -164,10 +164,7 @@ impl Limiter {
         Limiter {
             per_instance: s.per_instance.map(|n| RateLimiter::direct(Quota::per_second(n))),
             per_key: s.per_key.map(|n| {
-                let states = Cache::builder()
-                    .max_capacity(s.key_limiter_entries)
-                    .time_to_idle(Duration::from_secs(1))
-                    .build();
+                let states = Cache::builder().max_capacity(s.key_limiter_entries).time_to_idle(Duration::from_secs(1)).build();
                 (Quota::per_second(n), states)
             }),
         }
@@ -249,9 +246,8 @@ impl Shared {
         let counters = Arc::new(Counters::default());
         counters.serving_local(true);
         let limits = s.limits;
-        let stale: Option<Cache<String, Arc<str>>> = limits.enabled().then(|| {
-            Cache::builder().max_capacity(limits.stale_entries.max(1)).time_to_live(limits.stale_ttl).build()
-        });
+        let stale: Option<Cache<String, Arc<str>>> =
+            limits.enabled().then(|| Cache::builder().max_capacity(limits.stale_entries.max(1)).time_to_live(limits.stale_ttl).build());
         let mut local = Cache::builder().expire_after(EntryTtl);
         local = match s.bounds.max_bytes {
             None => local.max_capacity(s.bounds.max_entries),
@@ -396,9 +392,7 @@ impl Shared {
     fn new_entry(&self, value: &Arc<str>, version: Version) -> Entry {
         let ttl = self.ttl.sample();
         let now = Instant::now();
-        let refresh = self
-            .refresh_ahead
-            .map(|f| Arc::new(RefreshMark { at: now + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) }));
+        let refresh = self.refresh_ahead.map(|f| Arc::new(RefreshMark { at: now + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) }));
         Entry { value: value.clone(), version, ttl, expires_at: now + ttl, refresh }
     }
 

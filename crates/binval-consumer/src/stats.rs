@@ -134,8 +134,7 @@ impl Counters {
 
     /// Lag of one applied event, from its commit and from its publish (Unix ms).
     pub(crate) fn lag(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit")
-            .record(applied_ms.saturating_sub(commit_ms) as f64);
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record(applied_ms.saturating_sub(commit_ms) as f64);
         metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
             .record(applied_ms.saturating_sub(publish_ms) as f64);
     }

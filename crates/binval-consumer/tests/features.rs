@@ -366,13 +366,10 @@ async fn burst_of_events_is_applied_in_batches() -> anyhow::Result<()> {
     let mut rx = c.subscribe_evictions();
     let p = producer(&broker.bootstrap())?;
     // 4 versions per key, all in flight at once.
-    let msgs: Vec<(&String, Vec<u8>)> =
-        (2..=5u64).flat_map(|v| keys.iter().map(move |k| (k, event(k, v).to_json()))).collect();
+    let msgs: Vec<(&String, Vec<u8>)> = (2..=5u64).flat_map(|v| keys.iter().map(move |k| (k, event(k, v).to_json()))).collect();
     let sends: Vec<_> = msgs
         .iter()
-        .map(|(k, payload)| {
-            p.send(rdkafka::producer::FutureRecord::to(&t).key(k.as_str()).payload(payload), Duration::from_secs(10))
-        })
+        .map(|(k, payload)| p.send(rdkafka::producer::FutureRecord::to(&t).key(k.as_str()).payload(payload), Duration::from_secs(10)))
         .collect();
     let reader = {
         let (c, other) = (c.clone(), other.clone());
@@ -423,12 +420,7 @@ async fn front_never_serves_what_the_local_cache_would_not() -> anyhow::Result<(
     let t = topic().await?;
     let p = producer(&broker.bootstrap())?;
     let mut r = redis_conn().await?;
-    let c = builder(&t)
-        .redis_standalone(binval_testkit::redis().url())
-        .max_entries(20)
-        .ttl(Duration::from_millis(1500))
-        .build()
-        .await?;
+    let c = builder(&t).redis_standalone(binval_testkit::redis().url()).max_entries(20).ttl(Duration::from_millis(1500)).build().await?;
     let mut rx = c.subscribe_evictions();
 
     // 1. Event.

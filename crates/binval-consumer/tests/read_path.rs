@@ -186,12 +186,7 @@ async fn ttl_jitter_keeps_entries_within_bounds() -> anyhow::Result<()> {
     for k in &keys {
         write_standalone(&mut r, k, 1, "x", 1).await?;
     }
-    let c = builder(&topic)
-        .redis_standalone(binval_testkit::redis().url())
-        .ttl(Duration::from_secs(2))
-        .ttl_jitter(0.25)
-        .build()
-        .await?;
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).ttl(Duration::from_secs(2)).ttl_jitter(0.25).build().await?;
     let first_fill = Instant::now();
     for k in &keys {
         assert_eq!(c.get(k).await?.as_deref(), Some("x"));
@@ -269,10 +264,8 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
     let mut found = None;
     for i in 0..100 {
         let k = format!("item:{base}:{i}");
-        let (v, r) = (
-            owner(&mut nodes, &binval_protocol::version_key(&k)).await?,
-            owner(&mut nodes, &binval_protocol::replica_key(&k, 0)).await?,
-        );
+        let (v, r) =
+            (owner(&mut nodes, &binval_protocol::version_key(&k)).await?, owner(&mut nodes, &binval_protocol::replica_key(&k, 0)).await?);
         if v != r {
             found = Some((k, v, r));
             break;
@@ -283,12 +276,7 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
     let mut w = cluster.get_async_connection().await?;
     write_fenced(&mut w, &key, 1, "old", 5).await?;
 
-    let c = builder(&topic)
-        .redis_cluster(urls.clone())
-        .replicas(1)
-        .redis_response_timeout(Duration::from_secs(10))
-        .build()
-        .await?;
+    let c = builder(&topic).redis_cluster(urls.clone()).replicas(1).redis_response_timeout(Duration::from_secs(10)).build().await?;
     let mut rx = c.subscribe_evictions();
     let gets_before = command_calls(&mut nodes[ver_node], "get").await?;
 

@@ -96,7 +96,7 @@ impl FencePosition {
     /// assert!(FencePosition::from_file_pos(0, "mysql-bin.000043", 4).unwrap() > p);
     /// ```
     pub fn from_file_pos(epoch: u8, file: &str, pos: u32) -> Option<Self> {
-        let idx: u64 = file.rsplit('.').next()?.parse().ok()?;
+        let idx = crate::position::file_index(file)?;
         (idx < 1 << 24).then(|| FencePosition(u64::from(epoch) << EPOCH_SHIFT | idx << 32 | u64::from(pos)))
     }
 

@@ -294,8 +294,7 @@ mod tests {
         assert_eq!(hash_slot(b"{a}x"), hash_slot(b"a"));
         assert_eq!(hash_slot(b"{}x"), hash_slot(b"{}x"));
         // replicas spread over slots
-        let slots: std::collections::HashSet<u16> =
-            (0..8).map(|i| hash_slot(replica_key("item:detail:6666", i).as_bytes())).collect();
+        let slots: std::collections::HashSet<u16> = (0..8).map(|i| hash_slot(replica_key("item:detail:6666", i).as_bytes())).collect();
         assert!(slots.len() > 1);
     }
 }

@@ -9,18 +9,22 @@
 //! * [`fence`]: version-fenced writes — the replica record (a hash with payload, fence
 //!   position, tombstone flag, fencing token), the version token's value (the fence position of
 //!   the newest change), and the Lua scripts that only ever move a key forward.
+//! * [`position`]: binlog coordinates as types (`FILE:POS`, MariaDB GTIDs), one parser and one
+//!   `Display` each.
 //! * [`version`]: the evict rule — an event with version `v` evicts a cached entry whose
 //!   version is lower than `v`.
 //!
-//! See `design.md` ("Protocol between the parts") for why writes go replicas-then-version and
+//! See `docs/design.md` ("Protocol between the parts") for why writes go replicas-then-version and
 //! reads go version-then-replica.
 
 pub mod event;
 pub mod fence;
 pub mod keys;
+pub mod position;
 pub mod version;
 
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
 pub use fence::{parse_version, FencePosition, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
+pub use position::{file_index, BinlogPosition, MariadbGtid, MariadbGtidPosition, PositionParseError};
 pub use version::{should_evict, Version};

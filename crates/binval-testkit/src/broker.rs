@@ -16,14 +16,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Environment variables tansu reads as defaults for its flags; removed so a
 /// developer's shell cannot redirect the test broker.
-const TANSU_ENV: &[&str] = &[
-    "CLUSTER_ID",
-    "LISTENER_URL",
-    "ADVERTISED_LISTENER_URL",
-    "STORAGE_ENGINE",
-    "SCHEMA_REGISTRY",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-];
+const TANSU_ENV: &[&str] =
+    &["CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"];
 
 /// The shared broker on `127.0.0.1:port` (in-memory storage).
 pub struct Broker {
@@ -187,10 +181,7 @@ fn start_tansu(bin: &Path, dir: &Path, port: u16) -> Result<Proc, StartError> {
     for v in TANSU_ENV {
         cmd.env_remove(v);
     }
-    cmd.env(
-        "RUST_LOG",
-        std::env::var("BINVAL_TANSU_LOG").unwrap_or_else(|_| "warn".to_string()),
-    );
+    cmd.env("RUST_LOG", std::env::var("BINVAL_TANSU_LOG").unwrap_or_else(|_| "warn".to_string()));
     let log = dir.join("tansu.log");
     let mut proc = Proc::spawn(cmd, &log).map_err(StartError::Other)?;
     let deadline = Instant::now() + START_TIMEOUT;

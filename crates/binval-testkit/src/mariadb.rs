@@ -61,12 +61,7 @@ struct Binaries {
 fn binaries() -> anyhow::Result<Binaries> {
     Ok(Binaries {
         server: require_binary("MariaDB server", Some("BINVAL_MARIADBD"), &["mariadbd", "mysqld"], &[])?,
-        install_db: require_binary(
-            "MariaDB initialisation",
-            None,
-            &["mariadb-install-db", "mysql_install_db"],
-            &[],
-        )?,
+        install_db: require_binary("MariaDB initialisation", None, &["mariadb-install-db", "mysql_install_db"], &[])?,
         client: require_binary("MariaDB client", None, &["mariadb", "mysql"], &[])?,
     })
 }
@@ -97,11 +92,7 @@ impl MariaDb {
     /// tab-separated, NULL prints as `NULL`. Returns stdout; stops at the
     /// first failing statement and returns an error with the CLI's stderr.
     pub fn sql(&self, sql: &str) -> anyhow::Result<String> {
-        run_client(
-            &self.client,
-            &["-uroot", "-h127.0.0.1", &format!("-P{}", self.port), "--protocol=TCP"],
-            sql,
-        )
+        run_client(&self.client, &["-uroot", "-h127.0.0.1", &format!("-P{}", self.port), "--protocol=TCP"], sql)
     }
 
     /// Create a database with a [`unique_name`] built from `prefix`; returns
@@ -166,8 +157,7 @@ impl MariaDb {
         let template = template(&bins)?;
         let dir = new_state_dir("mariadb")?;
         let datadir = dir.join("data");
-        copy_dir(template, &datadir)
-            .with_context(|| format!("copying template {} to {}", template.display(), datadir.display()))?;
+        copy_dir(template, &datadir).with_context(|| format!("copying template {} to {}", template.display(), datadir.display()))?;
         let socket = socket_path(&dir);
         let error_log = dir.join("error.log");
         let mut last_err = None;
@@ -289,11 +279,7 @@ fn run_client(client: &Path, conn: &[&str], sql: &str) -> anyhow::Result<String>
     let out = child.wait_with_output()?;
     let _ = writer.join();
     if !out.status.success() {
-        bail!(
-            "mariadb CLI failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("mariadb CLI failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -308,20 +294,10 @@ fn template(bins: &Binaries) -> anyhow::Result<&'static Path> {
 }
 
 fn server_version(server: &Path) -> anyhow::Result<String> {
-    let out = Command::new(server)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("running {} --version", server.display()))?;
+    let out = Command::new(server).arg("--version").output().with_context(|| format!("running {} --version", server.display()))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let ver = text
-        .split_whitespace()
-        .skip_while(|w| *w != "Ver")
-        .nth(1)
-        .ok_or_else(|| anyhow!("cannot parse version from {text:?}"))?;
-    Ok(ver
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
-        .collect())
+    let ver = text.split_whitespace().skip_while(|w| *w != "Ver").nth(1).ok_or_else(|| anyhow!("cannot parse version from {text:?}"))?;
+    Ok(ver.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' }).collect())
 }
 
 fn build_template(bins: &Binaries) -> anyhow::Result<PathBuf> {
@@ -331,10 +307,7 @@ fn build_template(bins: &Binaries) -> anyhow::Result<PathBuf> {
     if target.join("mysql").is_dir() {
         return Ok(target);
     }
-    let building = tmp_root.join(format!(
-        ".binval-testkit-template-{version}-v{TEMPLATE_FORMAT}.tmp-{}",
-        unique_name("b")
-    ));
+    let building = tmp_root.join(format!(".binval-testkit-template-{version}-v{TEMPLATE_FORMAT}.tmp-{}", unique_name("b")));
     let result = build_template_into(bins, &building);
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&building);

@@ -87,13 +87,9 @@ impl Proc {
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         let program = format!("{:?}", cmd.get_program());
         let (tx, rx) = mpsc::channel();
-        keeper()
-            .send(SpawnRequest { cmd, reply: tx })
-            .map_err(|_| anyhow!("binval-testkit keeper thread is gone"))?;
-        let child = rx
-            .recv()
-            .map_err(|_| anyhow!("binval-testkit keeper thread is gone"))?
-            .with_context(|| format!("spawning {program}"))?;
+        keeper().send(SpawnRequest { cmd, reply: tx }).map_err(|_| anyhow!("binval-testkit keeper thread is gone"))?;
+        let child =
+            rx.recv().map_err(|_| anyhow!("binval-testkit keeper thread is gone"))?.with_context(|| format!("spawning {program}"))?;
         Ok(Proc { child, reaped: false })
     }
 
@@ -162,11 +158,7 @@ impl Drop for Proc {
 }
 
 fn open_log(path: &Path) -> anyhow::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening log file {}", path.display()))
+    OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening log file {}", path.display()))
 }
 
 fn pid_alive(pid: libc::pid_t) -> bool {
@@ -205,8 +197,7 @@ static ROOT: OnceLock<PathBuf> = OnceLock::new();
 pub(crate) fn state_root() -> &'static Path {
     ROOT.get_or_init(|| {
         let base = std::env::temp_dir().join("binval-testkit");
-        fs::create_dir_all(&base)
-            .unwrap_or_else(|e| panic!("binval-testkit: cannot create {}: {e}", base.display()));
+        fs::create_dir_all(&base).unwrap_or_else(|e| panic!("binval-testkit: cannot create {}: {e}", base.display()));
         let me = std::process::id();
         if let Ok(entries) = fs::read_dir(&base) {
             for entry in entries.flatten() {
@@ -222,8 +213,7 @@ pub(crate) fn state_root() -> &'static Path {
         let root = base.join(me.to_string());
         // A folder with our pid is a leftover of an earlier process.
         let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root)
-            .unwrap_or_else(|e| panic!("binval-testkit: cannot create {}: {e}", root.display()));
+        fs::create_dir_all(&root).unwrap_or_else(|e| panic!("binval-testkit: cannot create {}: {e}", root.display()));
         // SAFETY: registering a plain extern "C" fn.
         unsafe {
             libc::atexit(cleanup_at_exit);

@@ -139,9 +139,7 @@ fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent:
         .arg("--dir")
         .arg(dir);
     if cluster {
-        cmd.args(["--cluster-enabled", "yes"])
-            .args(["--cluster-config-file", "nodes.conf"])
-            .args(["--cluster-node-timeout", "5000"]);
+        cmd.args(["--cluster-enabled", "yes"]).args(["--cluster-config-file", "nodes.conf"]).args(["--cluster-node-timeout", "5000"]);
     }
     cmd.current_dir(dir);
     let log = dir.join("redis.log");
@@ -151,11 +149,7 @@ fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent:
         if let Some(st) = proc.try_wait() {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             let e = anyhow!("redis-server on port {port} exited during start-up ({st})\n{}", tail(&log, 20));
-            return Err(if text.contains("Address already in use") {
-                NodeError::PortClash(e)
-            } else {
-                NodeError::Other(e)
-            });
+            return Err(if text.contains("Address already in use") { NodeError::PortClash(e) } else { NodeError::Other(e) });
         }
         if matches!(redis_cmd(port, "PING").as_deref(), Ok("PONG")) {
             return Ok(proc);
@@ -308,7 +302,6 @@ fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
     }
     wait_cluster_ok(ports)
 }
-
 
 fn wait_cluster_ok(ports: &[u16]) -> anyhow::Result<()> {
     let deadline = Instant::now() + START_TIMEOUT;

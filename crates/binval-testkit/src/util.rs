@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-pub(crate) const INSTALL_HINT: &str =
-    "install it with `scripts/services.sh install` (from the repository root)";
+pub(crate) const INSTALL_HINT: &str = "install it with `scripts/services.sh install` (from the repository root)";
 
 /// A name unique in this machine run, for database names, topics and key
 /// prefixes: `<prefix>_<pid>_<counter><4 random letters>`, only `[a-z0-9_]`
@@ -31,12 +30,7 @@ pub fn unique_name(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut h = RandomState::new().build_hasher();
     h.write_u64(n);
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
+    h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
     let mut r = h.finish();
     let mut rand = String::with_capacity(4);
     for _ in 0..4 {
@@ -154,12 +148,7 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// Like `find_binary`, but with an error message saying how to install it.
-pub(crate) fn require_binary(
-    what: &str,
-    env_var: Option<&str>,
-    names: &[&str],
-    extra: &[PathBuf],
-) -> anyhow::Result<PathBuf> {
+pub(crate) fn require_binary(what: &str, env_var: Option<&str>, names: &[&str], extra: &[PathBuf]) -> anyhow::Result<PathBuf> {
     if let Some(var) = env_var {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             let p = PathBuf::from(&v);
@@ -171,10 +160,7 @@ pub(crate) fn require_binary(
     }
     find_binary(env_var, names, extra).ok_or_else(|| {
         let env = env_var.map(|v| format!(", ${v}")).unwrap_or_default();
-        anyhow::anyhow!(
-            "{what} binary `{}` not found (looked in PATH, /usr/sbin, /usr/bin{env}); {INSTALL_HINT}",
-            names[0]
-        )
+        anyhow::anyhow!("{what} binary `{}` not found (looked in PATH, /usr/sbin, /usr/bin{env}); {INSTALL_HINT}", names[0])
     })
 }
 

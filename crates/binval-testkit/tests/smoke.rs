@@ -14,11 +14,7 @@ fn timed<T>(what: &str, f: impl FnOnce() -> T) -> T {
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli runs");
+    let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port.to_string()]).args(args).output().expect("redis-cli runs");
     assert!(out.status.success(), "redis-cli failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -26,14 +22,8 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
 #[test]
 fn mariadb_has_row_binlog_and_repl_user() {
     let db = timed("mariadb() first call", mariadb);
-    assert_eq!(
-        db.sql("SELECT @@binlog_format, @@binlog_row_metadata").unwrap(),
-        "ROW\tFULL\n"
-    );
-    assert_eq!(
-        db.sql("SELECT @@log_bin, @@binlog_row_image, @@server_id, @@gtid_strict_mode").unwrap(),
-        "1\tFULL\t1\t0\n"
-    );
+    assert_eq!(db.sql("SELECT @@binlog_format, @@binlog_row_metadata").unwrap(), "ROW\tFULL\n");
+    assert_eq!(db.sql("SELECT @@log_bin, @@binlog_row_image, @@server_id, @@gtid_strict_mode").unwrap(), "1\tFULL\t1\t0\n");
     assert_eq!(db.root_url(), format!("mysql://root@127.0.0.1:{}", db.port));
     assert_eq!(db.repl_url(), format!("mysql://binval:binval@127.0.0.1:{}", db.port));
     assert!(db.datadir.join("mysql").is_dir());
@@ -53,8 +43,7 @@ fn mariadb_has_row_binlog_and_repl_user() {
 
     // Writes land in the binlog.
     let name = db.create_database("smoke").unwrap();
-    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v VARCHAR(10)); INSERT INTO `{name}`.t VALUES (1, 'x');"))
-        .unwrap();
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v VARCHAR(10)); INSERT INTO `{name}`.t VALUES (1, 'x');")).unwrap();
     assert_eq!(db.sql(&format!("SELECT v FROM `{name}`.t")).unwrap(), "x\n");
 }
 
@@ -83,10 +72,8 @@ fn redis_cluster_is_ok() {
     }
     assert_eq!(c.urls().len(), 3);
     // -c follows MOVED redirects: keys land on whatever node owns the slot.
-    let out = Command::new("redis-cli")
-        .args(["-c", "-h", "127.0.0.1", "-p", &c.ports[0].to_string(), "SET", "{smoke}k", "v"])
-        .output()
-        .unwrap();
+    let out =
+        Command::new("redis-cli").args(["-c", "-h", "127.0.0.1", "-p", &c.ports[0].to_string(), "SET", "{smoke}k", "v"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
 }
 

@@ -55,11 +55,7 @@ pub fn builder(topic: &str) -> ConsumerBuilder {
 }
 
 pub fn producer(bootstrap: &str) -> anyhow::Result<FutureProducer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("message.timeout.ms", "10000")
-        .set("linger.ms", "0")
-        .create()?)
+    Ok(ClientConfig::new().set("bootstrap.servers", bootstrap).set("message.timeout.ms", "10000").set("linger.ms", "0").create()?)
 }
 
 pub fn event(key: &str, version: u64) -> InvalidationEvent {

@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::error::{Error, TransientError};
-use crate::kafka_sink::KafkaSink;
+use crate::write::kafka_sink::KafkaSink;
 
 /// Where re-publishing starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,14 +81,18 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
     let sink = if dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
     let from = from.clone();
     let (summary, deliveries) = tokio::task::block_in_place(|| -> Result<(RepublishSummary, Vec<_>), Error> {
-        let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
+        let md = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
         let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
         if partitions.is_empty() {
             return Err(Error::config("kafka.topic", format!("topic {topic} has no partitions (does it exist?)")));
         }
         let mut ends = std::collections::BTreeMap::new();
         for &p in &partitions {
-            let (_, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?;
+            let (_, high) = consumer
+                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                .map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?;
             ends.insert(p, high);
         }
         let mut tpl = TopicPartitionList::new();
@@ -109,7 +113,12 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
                     });
                     let start = match by_time {
                         Some(o) => o,
-                        None => consumer.fetch_watermarks(&topic, p, Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?.0,
+                        None => {
+                            consumer
+                                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                                .map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?
+                                .0
+                        }
                     };
                     tracing::debug!(partition = p, ?by_time, start, end = ends[&p], "republish start offset");
                     tpl.add_partition_offset(&topic, p, Offset::Offset(start)).expect("valid partition");

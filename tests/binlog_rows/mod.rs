@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use binval::decode::{RowChange, RowKind};
-use binval::source::{Resume, SourceStats};
-use binval::txn::Transaction;
+use base64::Engine as _;
+use binval::binlog::decode::{RowChange, RowKind};
+use binval::binlog::reader::{Resume, SourceStats};
+use binval::binlog::txn::Transaction;
 use binval_protocol::SourcePosition;
 use binval_testkit as tk;
-use base64::Engine as _;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
@@ -46,7 +46,7 @@ pub fn binlog_now(db: &tk::MariaDb) -> (String, u64) {
 
 /// Row changes of tables of database `db_name` from `file:pos` to the end of the binlog, through
 /// the offline reader (following rotations to later files), as [`row_json`] values.
-pub fn offline_rows(db: &tk::MariaDb, from: &(String, u64), db_name: &str) -> Result<Vec<Value>, binval::offline::OfflineError> {
+pub fn offline_rows(db: &tk::MariaDb, from: &(String, u64), db_name: &str) -> Result<Vec<Value>, binval::binlog::offline::OfflineError> {
     let mut files: Vec<String> = db.sql("SHOW BINARY LOGS").unwrap().lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
     files.retain(|f| f.as_str() >= from.0.as_str());
     files.sort();
@@ -54,7 +54,7 @@ pub fn offline_rows(db: &tk::MariaDb, from: &(String, u64), db_name: &str) -> Re
     let prefix = format!("{db_name}.");
     for f in files {
         let start = if f == from.0 { Some(from.1) } else { None };
-        binval::offline::read_file(&db.datadir.join(&f), start, None, |l| {
+        binval::binlog::offline::read_file(&db.datadir.join(&f), start, None, |l| {
             if l.get("kind").is_some() && l["table"].as_str().is_some_and(|t| t.starts_with(&prefix)) {
                 let mut v = json!({"kind": l["kind"], "table": l["table"]});
                 for k in ["before", "after"] {
@@ -90,10 +90,8 @@ impl Live {
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
             .with_test_writer()
             .try_init();
-        let mappings: Vec<binval::config::MappingConfig> = tables
-            .iter()
-            .map(|t| serde_json::from_value(json!({"table": t, "keys": ["k:{id}"]})).unwrap())
-            .collect();
+        let mappings: Vec<binval::config::MappingConfig> =
+            tables.iter().map(|t| serde_json::from_value(json!({"table": t, "keys": ["k:{id}"]})).unwrap()).collect();
         let mapper = Arc::new(binval::mapping::Mapper::new(&mappings).unwrap());
         let n = SERVER_IDS.fetch_add(1, Ordering::Relaxed);
         let cfg: binval::config::SourceConfig = serde_json::from_value(json!({
@@ -107,7 +105,7 @@ impl Live {
         let (stop, stop_rx) = watch::channel(false);
         let stats = Arc::new(SourceStats::default());
         let names = binval::mapping::TableNames::default();
-        let handle = tokio::spawn(binval::source::run(cfg, mapper, names, resume, tx, stop_rx, stats.clone()));
+        let handle = tokio::spawn(binval::binlog::reader::run(cfg, mapper, names, resume, tx, stop_rx, stats.clone()));
         Live { rx, stop, handle: Some(handle), transactions: Vec::new(), stats }
     }
 
@@ -182,7 +180,9 @@ impl Live {
                 self.transactions.push(t);
             }
         };
-        let (r, _) = tokio::time::timeout(Duration::from_secs(secs), async { tokio::join!(h, drain) }).await.expect("the source stops with an error in time");
+        let (r, _) = tokio::time::timeout(Duration::from_secs(secs), async { tokio::join!(h, drain) })
+            .await
+            .expect("the source stops with an error in time");
         match r.unwrap() {
             Err(e) => e,
             Ok(()) => panic!("source ended without an error"),
@@ -334,4 +334,3 @@ pub fn canonical(conv: Conv, v: Option<String>) -> Value {
         }
     }
 }
-

@@ -96,14 +96,10 @@ impl KafkaSink {
 }
 
 async fn ensure_topic(cc: &ClientConfig, topic: &str, partitions: i32, replication: i32) -> Result<(), Error> {
-    let admin: AdminClient<DefaultClientContext> =
-        cc.create().map_err(|e| TransientError::Kafka(format!("admin client: {e}")))?;
+    let admin: AdminClient<DefaultClientContext> = cc.create().map_err(|e| TransientError::Kafka(format!("admin client: {e}")))?;
     let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let res = admin
-        .create_topics([&nt], &opts)
-        .await
-        .map_err(|e| TransientError::Kafka(format!("create topic {topic}: {e}")))?;
+    let res = admin.create_topics([&nt], &opts).await.map_err(|e| TransientError::Kafka(format!("create topic {topic}: {e}")))?;
     for r in res {
         match r {
             Ok(_) => tracing::info!(topic, partitions, "created topic"),

@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use binval_protocol::fence::{self, FIELD_POSITION};
 use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
-use std::sync::Arc;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, RedisError};
+use std::sync::Arc;
 
 use crate::config::{RedisConfig, RedisMode};
 use crate::error::{DefiniteError, Error, TransientError};
@@ -175,7 +175,8 @@ impl RedisConn {
                     crate::failpoint::hit("redis.before_version");
                     // 3. The token, only after every replica acknowledged.
                     let mut c = c.clone();
-                    let v: i64 = scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
+                    let v: i64 =
+                        scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
                     (results.iter().filter(|r| **r == 1).count() as u32, v == 1, false)
                 }
             }
@@ -216,11 +217,8 @@ impl RedisConn {
         }
         let groups: Vec<Vec<usize>> = order.into_iter().map(|k| by_key.remove(k).unwrap_or_default()).collect();
         let mut applied = vec![Applied::default(); changes.len()];
-        let results: Vec<Vec<(usize, Applied)>> = stream::iter(groups)
-            .map(|idx| self.apply_group(changes, idx, w))
-            .buffer_unordered(KEY_CONCURRENCY)
-            .try_collect()
-            .await?;
+        let results: Vec<Vec<(usize, Applied)>> =
+            stream::iter(groups).map(|idx| self.apply_group(changes, idx, w)).buffer_unordered(KEY_CONCURRENCY).try_collect().await?;
         for (i, a) in results.into_iter().flatten() {
             applied[i] = a;
         }
@@ -262,7 +260,12 @@ impl RedisConn {
     /// Mark every key of the mapped tables `tables` stale ([`RedisConn::invalidate_template`]
     /// for each of their key templates). Returns the (table, template) pairs done, for the
     /// caller's `truncate` events.
-    pub async fn invalidate_tables<'m>(&self, mapper: &'m Mapper, tables: &[String], w: &WriteCtx) -> Result<Vec<(&'m str, &'m KeyTemplate)>, Error> {
+    pub async fn invalidate_tables<'m>(
+        &self,
+        mapper: &'m Mapper,
+        tables: &[String],
+        w: &WriteCtx,
+    ) -> Result<Vec<(&'m str, &'m KeyTemplate)>, Error> {
         let mut done = Vec::new();
         for table in tables {
             let Some((name, templates, replicas)) = mapper.templates_of(table) else { continue };
@@ -286,7 +289,9 @@ impl RedisConn {
             for r in ranges {
                 let redis::Value::Array(items) = r else { continue };
                 let Some(redis::Value::Array(master)) = items.get(2) else { continue };
-                let (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) = (master.first(), master.get(1)) else { continue };
+                let (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) = (master.first(), master.get(1)) else {
+                    continue;
+                };
                 urls.push(format!("redis://{}:{port}", String::from_utf8_lossy(host)));
             }
         }

@@ -8,7 +8,7 @@
 //! `checkpoint.interval_ms` while transactions flow, and once more on shutdown.
 //!
 //! In Redis the save is fenced: a script writes the checkpoint only while the saver's fencing
-//! token is the newest one handed out for the source (see [`crate::lease`]), so a paused,
+//! token is the newest one handed out for the source (see [`crate::ha::lease`]), so a paused,
 //! stale instance can never move the shared checkpoint.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::TableNames;
-use crate::redis_sink::RedisConn;
+use crate::write::redis_sink::RedisConn;
 
 /// What is saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,7 +87,7 @@ impl CheckpointStoreImpl {
             CheckpointStore::Redis => CheckpointStoreImpl::Redis {
                 conn: redis.clone(),
                 key: checkpoint_key(source_name),
-                fence_key: crate::lease::fence_key(source_name),
+                fence_key: crate::ha::lease::fence_key(source_name),
                 token: None,
             },
             CheckpointStore::File => CheckpointStoreImpl::File { path: cfg.path.clone().expect("validated") },

@@ -49,10 +49,14 @@ impl FenceRule {
         let fail = |message: String| DefiniteError::Fence { position: pos.to_string(), message };
         match self.mode {
             FenceMode::Gtid => {
-                let g = pos.gtid.as_deref().ok_or_else(|| fail("transaction has no GTID but source.fence = gtid; set source.fence = \"file_pos\"".into()))?;
+                let g = pos
+                    .gtid
+                    .as_deref()
+                    .ok_or_else(|| fail("transaction has no GTID but source.fence = gtid; set source.fence = \"file_pos\"".into()))?;
                 let mut parts = g.split('-');
                 let (d, _s, n) = (parts.next(), parts.next(), parts.next());
-                let (Some(d), Some(n), None) = (d.and_then(|d| d.parse::<u32>().ok()), n.and_then(|n| n.parse::<u64>().ok()), parts.next()) else {
+                let (Some(d), Some(n), None) = (d.and_then(|d| d.parse::<u32>().ok()), n.and_then(|n| n.parse::<u64>().ok()), parts.next())
+                else {
                     return Err(fail(format!("GTID {g} is not a MariaDB domain-server-seq GTID; set source.fence = \"file_pos\"")));
                 };
                 if d != self.domain {

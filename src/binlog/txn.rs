@@ -9,7 +9,7 @@
 
 use binval_protocol::SourcePosition;
 
-use crate::decode::RowChange;
+use crate::binlog::decode::RowChange;
 
 /// A committed transaction, in binlog commit order.
 #[derive(Debug, Clone, Default)]
@@ -156,7 +156,7 @@ impl Assembler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{RowChange, RowKind};
+    use crate::binlog::decode::{RowChange, RowKind};
 
     fn row() -> RowChange {
         RowChange { table: "a.b".into(), kind: RowKind::Insert, before: None, after: Some(Default::default()), event: 0 }

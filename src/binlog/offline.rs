@@ -21,7 +21,7 @@ use mysql_common::binlog::events::{Event, EventData};
 use mysql_common::binlog::EventStreamReader;
 use serde_json::{json, Value as Json};
 
-use crate::decode::{decode_rows, RowKind, TableSchema};
+use crate::binlog::decode::{decode_rows, RowKind, TableSchema};
 
 /// Binlog file magic: `\xfe` `bin`.
 const MAGIC: [u8; 4] = [0xfe, b'b', b'i', b'n'];
@@ -33,7 +33,11 @@ const HEADER_LEN: usize = 19;
 pub enum OfflineError {
     /// Open or read failure.
     #[error("{file}: {source}")]
-    Io { file: String, #[source] source: std::io::Error },
+    Io {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The file does not start with the binlog magic.
     #[error("{file}: not a binlog file (no \\xfebin magic)")]
     NotABinlog { file: String },
@@ -45,7 +49,12 @@ pub enum OfflineError {
     Corrupt { file: String, pos: u64, detail: String },
     /// A row could not be decoded exactly.
     #[error("{file}: at position {pos}: {source}")]
-    Decode { file: String, pos: u64, #[source] source: crate::decode::DecodeError },
+    Decode {
+        file: String,
+        pos: u64,
+        #[source]
+        source: crate::binlog::decode::DecodeError,
+    },
 }
 
 /// What was read.
@@ -89,7 +98,11 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
             break;
         }
         if len - pos < HEADER_LEN as u64 {
-            return Err(OfflineError::Truncated { file, pos, detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos) });
+            return Err(OfflineError::Truncated {
+                file,
+                pos,
+                detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos),
+            });
         }
         let mut buf = vec![0u8; HEADER_LEN];
         f.read_exact(&mut buf).map_err(io)?;
@@ -98,7 +111,11 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
             return Err(OfflineError::Corrupt { file, pos, detail: format!("event length {size} is shorter than its header") });
         }
         if pos + size > len {
-            return Err(OfflineError::Truncated { file, pos, detail: format!("event of {size} bytes, only {} left in the file", len - pos) });
+            return Err(OfflineError::Truncated {
+                file,
+                pos,
+                detail: format!("event of {size} bytes, only {} left in the file", len - pos),
+            });
         }
         buf.resize(size as usize, 0);
         f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
@@ -188,10 +205,11 @@ fn handle_named(
     let h = ev.header();
     let raw = h.event_type_raw();
     let mut line = json!({"pos": pos, "event": event_name(shown_type.unwrap_or(raw)), "server_id": h.server_id(), "timestamp": h.timestamp(), "next_pos": h.log_pos()});
-    if crate::decode::mariadb_compressed_plain_type(raw).is_some() {
+    if crate::binlog::decode::mariadb_compressed_plain_type(raw).is_some() {
         // MariaDB log_bin_compress=ON: decode the plain event it wraps, reported under the
         // compressed event's name and position.
-        let plain = crate::decode::uncompress_mariadb_event(ev).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+        let plain =
+            crate::binlog::decode::uncompress_mariadb_event(ev).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
         sum.events -= 1;
         return handle_named(file, pos, &plain, Some(raw), esr, tables, sum, emit);
     }
@@ -206,7 +224,7 @@ fn handle_named(
         return Ok(());
     }
     let data = ev.read_data().map_err(|e| corrupt(e.to_string()))?;
-    if data.is_none() && !crate::decode::skippable_unknown_event(raw, h.flags_raw()) {
+    if data.is_none() && !crate::binlog::decode::skippable_unknown_event(raw, h.flags_raw()) {
         return Err(corrupt(format!("unknown event type {raw}, not marked ignorable: binval does not pass over events it cannot read")));
     }
     match data {
@@ -217,18 +235,22 @@ fn handle_named(
             // An identical TABLE_MAP (one precedes every statement's rows) keeps its schema.
             if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
                 let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
-                let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb)
-                    .map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+                let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb).map_err(|e| OfflineError::Decode {
+                    file: file.into(),
+                    pos,
+                    source: e,
+                })?;
                 tables.insert(id, Arc::new(schema));
             }
             emit(line);
         }
         Some(EventData::RowsEvent(rows)) => {
             sum.row_events += 1;
-            let t = tables
-                .get(&rows.table_id())
-                .cloned()
-                .ok_or_else(|| OfflineError::Decode { file: file.into(), pos, source: crate::decode::DecodeError::NoTableMap { table_id: rows.table_id() } })?;
+            let t = tables.get(&rows.table_id()).cloned().ok_or_else(|| OfflineError::Decode {
+                file: file.into(),
+                pos,
+                source: crate::binlog::decode::DecodeError::NoTableMap { table_id: rows.table_id() },
+            })?;
             let mut out = Vec::new();
             decode_rows(&t, &rows, &mut out).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
             line["table"] = json!(&*t.name);
@@ -255,7 +277,7 @@ fn handle_named(
             emit(line);
             // Decode every inner event (reported at the payload's position) only once the
             // whole payload has been read: a damaged payload emits none of its rows.
-            let inner = crate::decode::transaction_payload_events(ev).map_err(|e| corrupt(e.to_string()))?;
+            let inner = crate::binlog::decode::transaction_payload_events(ev).map_err(|e| corrupt(e.to_string()))?;
             for e in &inner {
                 handle(file, pos, e, esr, tables, sum, emit)?;
             }

@@ -27,6 +27,8 @@
 //! Anything that cannot be decoded exactly is a [`DecodeError`] naming the table and column:
 //! the pipeline stops rather than cache a wrong value.
 
+pub mod charset;
+
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -36,9 +38,9 @@ use mysql_common::binlog::events::{
 };
 use mysql_common::binlog::row::BinlogRowValueOptions;
 use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
 use mysql_common::io::ParseBuf;
 use mysql_common::misc::raw::int::{LenEnc, RawInt};
-use mysql_common::constants::ColumnType;
 use mysql_common::proto::MySerialize;
 use mysql_common::value::Value;
 use serde_json::{Map, Number, Value as Json};
@@ -62,7 +64,11 @@ pub enum DecodeError {
     BadText { table: String, column: String, charset: String },
     /// mysql_common failed to parse the row image.
     #[error("table {table}: row image could not be parsed: {source}")]
-    Parse { table: String, #[source] source: std::io::Error },
+    Parse {
+        table: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// A MariaDB table with columns in the pre-10.1 temporal format (`mysql56_temporal_format=OFF`,
     /// "mariadb-5.3" in SHOW CREATE TABLE with `show_old_temporals=ON`): the TABLE_MAP gives
     /// them the old DATETIME/TIME/TIMESTAMP types with no metadata, so their fraction digits,
@@ -104,7 +110,7 @@ pub struct ColumnSchema {
     /// Collation id for text, ENUM and SET columns (63 = binary); 0 if not applicable.
     pub charset: u16,
     /// How text of this column is decoded (from `charset`, resolved once per TABLE_MAP).
-    pub text: crate::charset::Charset,
+    pub text: crate::binlog::decode::charset::Charset,
     /// ENUM labels, index 1 first.
     pub enum_labels: Vec<String>,
     /// SET labels, bit 0 first.
@@ -162,7 +168,7 @@ impl TableSchema {
                 meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
                 unsigned: false,
                 charset: 0,
-                text: crate::charset::Charset::of(0),
+                text: crate::binlog::decode::charset::Charset::of(0),
                 enum_labels: Vec::new(),
                 set_labels: Vec::new(),
             });
@@ -183,8 +189,12 @@ impl TableSchema {
                 }
                 OptionalMetadataField::DefaultCharset(dc) => default_charsets(&mut columns, &character, &dc).map_err(parse_err)?,
                 OptionalMetadataField::ColumnCharset(cs) => column_charsets(&mut columns, &character, &cs).map_err(parse_err)?,
-                OptionalMetadataField::EnumAndSetDefaultCharset(dc) => default_charsets(&mut columns, &enum_or_set, &dc).map_err(parse_err)?,
-                OptionalMetadataField::EnumAndSetColumnCharset(cs) => column_charsets(&mut columns, &enum_or_set, &cs).map_err(parse_err)?,
+                OptionalMetadataField::EnumAndSetDefaultCharset(dc) => {
+                    default_charsets(&mut columns, &enum_or_set, &dc).map_err(parse_err)?
+                }
+                OptionalMetadataField::EnumAndSetColumnCharset(cs) => {
+                    column_charsets(&mut columns, &enum_or_set, &cs).map_err(parse_err)?
+                }
                 OptionalMetadataField::ColumnName(names) => {
                     have_names = true;
                     for (i, nm) in names.iter_names().enumerate() {
@@ -213,14 +223,16 @@ impl TableSchema {
             }
         }
         for c in &mut columns {
-            c.text = crate::charset::Charset::of(c.charset);
+            c.text = crate::binlog::decode::charset::Charset::of(c.charset);
         }
         if mariadb {
             // MariaDB writes DATETIME2/TIME2/TIMESTAMP2 for every column in the current format;
             // the old type codes mean the legacy format (see DecodeError::LegacyTemporal).
             let legacy: Vec<&str> = columns
                 .iter()
-                .filter(|c| matches!(c.ty, ColumnType::MYSQL_TYPE_DATETIME | ColumnType::MYSQL_TYPE_TIME | ColumnType::MYSQL_TYPE_TIMESTAMP))
+                .filter(|c| {
+                    matches!(c.ty, ColumnType::MYSQL_TYPE_DATETIME | ColumnType::MYSQL_TYPE_TIME | ColumnType::MYSQL_TYPE_TIMESTAMP)
+                })
                 .map(|c| &*c.name)
                 .collect();
             if !legacy.is_empty() {
@@ -339,8 +351,10 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
     }
     // Columns present in each image (bitmaps are cut to num_columns by mysql_common). A full
     // image (every bit set, FULL row image) borrows the schema's list.
-    let before_cols = ev.columns_before_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
-    let after_cols = ev.columns_after_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
+    let before_cols =
+        ev.columns_before_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
+    let after_cols =
+        ev.columns_after_image().map(|b| present_columns(table, num_columns, |i| b.get(i).as_deref().copied().unwrap_or(false)));
     // PARTIAL_UPDATE_ROWS: the after image starts with a shared image whose partial bits are
     // indexed by the ordinal of the column among the table's JSON columns.
     let json_ordinals: Option<Vec<usize>> = matches!(ev, RowsEventData::PartialUpdateRowsEvent(_)).then(|| {
@@ -428,7 +442,8 @@ fn read_image<'de>(
             };
             match v {
                 BinlogValue::JsonDiff(diffs) => {
-                    let partial = |detail: String| DecodeError::PartialJson { table: table.name.to_string(), column: col.name.to_string(), detail };
+                    let partial =
+                        |detail: String| DecodeError::PartialJson { table: table.name.to_string(), column: col.name.to_string(), detail };
                     let base = before
                         .and_then(|b| b.get(&*col.name))
                         .ok_or_else(|| partial("the before image does not hold the column (binlog_row_image is not FULL)".into()))?;
@@ -668,8 +683,13 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Res
                 let srid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 serde_json::json!({ "srid": srid, "wkb": base64::engine::general_purpose::STANDARD.encode(&b[4..]) })
             }
-            MYSQL_TYPE_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_BLOB | MYSQL_TYPE_TINY_BLOB
-            | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB => {
+            MYSQL_TYPE_STRING
+            | MYSQL_TYPE_VARCHAR
+            | MYSQL_TYPE_VAR_STRING
+            | MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => {
                 let mut b = b;
                 if col.charset == BINARY_CHARSET && col.ty == MYSQL_TYPE_STRING {
                     let n = string_len(&col.meta);
@@ -684,15 +704,15 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Res
                 if b.len() % 4 != 0 {
                     return Err(unsupported());
                 }
-                Json::Array(
-                    b.chunks_exact(4)
-                        .map(|c| f32_json(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-                        .collect(),
-                )
+                Json::Array(b.chunks_exact(4).map(|c| f32_json(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect())
             }
             MYSQL_TYPE_JSON => {
                 // MariaDB stores JSON as LONGTEXT; MySQL's binary JSON is handled above.
-                let s = String::from_utf8(b).map_err(|_| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset: "utf8mb4".into() })?;
+                let s = String::from_utf8(b).map_err(|_| DecodeError::BadText {
+                    table: table.into(),
+                    column: col.name.to_string(),
+                    charset: "utf8mb4".into(),
+                })?;
                 serde_json::from_str(&s).unwrap_or(Json::String(s))
             }
             _ => return Err(unsupported()),
@@ -799,7 +819,12 @@ pub fn uncompress_mariadb_event(ev: &Event) -> Result<Event, DecodeError> {
 
 /// An event of type `ty` with the header fields of `header` and body `data`, read back by
 /// mysql_common (`fde` must have checksums disabled: `data` carries none).
-fn reframe(fde: &mysql_common::binlog::events::FormatDescriptionEvent<'static>, header: BinlogEventHeader, ty: EventType, data: &[u8]) -> Result<Event, String> {
+fn reframe(
+    fde: &mysql_common::binlog::events::FormatDescriptionEvent<'static>,
+    header: BinlogEventHeader,
+    ty: EventType,
+    data: &[u8],
+) -> Result<Event, String> {
     let size = BinlogEventHeader::LEN + data.len();
     let size32 = u32::try_from(size).map_err(|_| format!("uncompressed event of {size} bytes exceeds the 4 GiB event size limit"))?;
     let h = BinlogEventHeader::new(header.timestamp(), ty, header.server_id(), size32, header.log_pos(), header.flags());
@@ -882,14 +907,19 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
             match reader.read(&mut buf[got..]) {
                 Ok(0) => break,
                 Ok(n) => got += n,
-                Err(e) => return Err(err(format!("{:?} decompression failed at payload offset {}: {e}", tpe.algorithm(), offset + got as u64))),
+                Err(e) => {
+                    return Err(err(format!("{:?} decompression failed at payload offset {}: {e}", tpe.algorithm(), offset + got as u64)))
+                }
             }
         }
         if got == 0 {
             break;
         }
         if got < BinlogEventHeader::LEN {
-            return Err(err(format!("the payload ends inside an event header at offset {offset} ({got} of {} bytes)", BinlogEventHeader::LEN)));
+            return Err(err(format!(
+                "the payload ends inside an event header at offset {offset} ({got} of {} bytes)",
+                BinlogEventHeader::LEN
+            )));
         }
         let size = u32::from_le_bytes([buf[9], buf[10], buf[11], buf[12]]) as usize;
         let ty = buf[4];
@@ -897,14 +927,22 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
             return Err(err(format!("inner event at offset {offset} has length {size}, shorter than its header")));
         }
         if size as u64 > announced.saturating_sub(offset) {
-            return Err(err(format!("inner event at offset {offset} has length {size}, beyond the announced uncompressed size {announced}")));
+            return Err(err(format!(
+                "inner event at offset {offset} has length {size}, beyond the announced uncompressed size {announced}"
+            )));
         }
         buf.resize(size, 0);
         reader
             .read_exact(&mut buf[BinlogEventHeader::LEN..])
             .map_err(|e| err(format!("inner event at offset {offset} ({size} bytes) is cut short: {e}")))?;
-        if matches!(EventType::try_from(ty), Ok(EventType::FORMAT_DESCRIPTION_EVENT | EventType::TRANSACTION_PAYLOAD_EVENT | EventType::ROTATE_EVENT)) {
-            return Err(err(format!("inner event at offset {offset} is a {:?}, which cannot be inside a payload", EventType::try_from(ty).unwrap())));
+        if matches!(
+            EventType::try_from(ty),
+            Ok(EventType::FORMAT_DESCRIPTION_EVENT | EventType::TRANSACTION_PAYLOAD_EVENT | EventType::ROTATE_EVENT)
+        ) {
+            return Err(err(format!(
+                "inner event at offset {offset} is a {:?}, which cannot be inside a payload",
+                EventType::try_from(ty).unwrap()
+            )));
         }
         events.push(Event::read(&fde, &buf[..]).map_err(|e| err(format!("inner event at offset {offset}: {e}")))?);
         offset += size as u64;
@@ -933,10 +971,11 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
     if col.charset == BINARY_CHARSET {
         return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
     }
-    col.text
-        .decode(b)
-        .map(Json::String)
-        .map_err(|charset| DecodeError::BadText { table: table.into(), column: col.name.to_string(), charset })
+    col.text.decode(b).map(Json::String).map_err(|charset| DecodeError::BadText {
+        table: table.into(),
+        column: col.name.to_string(),
+        charset,
+    })
 }
 
 /// A FLOAT as the shortest decimal that reads back as the same f32 (what MySQL prints:
@@ -1035,7 +1074,15 @@ mod tests {
         use mysql_common::binlog::BinlogFile;
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/binlogs/mysql-test");
         let mut compared = 0usize;
-        for name in ["write-full-row.binlog", "write-partial-row.binlog", "update-full-row.binlog", "json-opaque.binlog", "mysql_type_bit.000001", "time_issue.000001", "vector.binlog"] {
+        for name in [
+            "write-full-row.binlog",
+            "write-partial-row.binlog",
+            "update-full-row.binlog",
+            "json-opaque.binlog",
+            "mysql_type_bit.000001",
+            "time_issue.000001",
+            "vector.binlog",
+        ] {
             let f = std::fs::File::open(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
             let file = BinlogFile::new(BinlogVersion::Version4, std::io::BufReader::new(f)).unwrap();
             let mut tables = std::collections::HashMap::new();
@@ -1153,7 +1200,10 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/binlogs/mysql-test/transaction_compression.000001");
         let f = std::fs::File::open(path).unwrap();
         let file = BinlogFile::new(BinlogVersion::Version4, std::io::BufReader::new(f)).unwrap();
-        let payload = file.map(|e| e.unwrap()).find(|e| e.header().event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8).expect("a payload event");
+        let payload = file
+            .map(|e| e.unwrap())
+            .find(|e| e.header().event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8)
+            .expect("a payload event");
         let inner = transaction_payload_events(&payload).unwrap();
         let types: Vec<u8> = inner.iter().map(|e| e.header().event_type_raw()).collect();
         assert_eq!(types.first(), Some(&(EventType::QUERY_EVENT as u8)), "{types:?}");
@@ -1193,14 +1243,19 @@ mod tests {
         let (replace, insert, remove) = (0, 1, 2);
         let base = serde_json::json!({"id": 1, "name": "java"});
         // (A) JSON_SET(c1, '$.id', 3, '$.star', 5)
-        let a = apply_json_diffs(&base, &[diff(replace, "$.id", Some(&[0x05, 3, 0])), diff(insert, "$.star", Some(&[0x05, 5, 0]))]).unwrap();
+        let a =
+            apply_json_diffs(&base, &[diff(replace, "$.id", Some(&[0x05, 3, 0])), diff(insert, "$.star", Some(&[0x05, 5, 0]))]).unwrap();
         assert_eq!(a, serde_json::json!({"id": 3, "name": "java", "star": 5}));
         // (B) JSON_REMOVE(c1, '$.name')
         let b = apply_json_diffs(&a, &[diff(remove, "$.name", None)]).unwrap();
         assert_eq!(b, serde_json::json!({"id": 3, "star": 5}));
         // (C) an array: append at the end, insert in front, remove
         let arr = serde_json::json!([1, 2, "x"]);
-        let c = apply_json_diffs(&arr, &[diff(insert, "$[3]", Some(&[0x0c, 1, b'y'])), diff(insert, "$[0]", Some(&[0x04, 0x01])), diff(remove, "$[1]", None)]).unwrap();
+        let c = apply_json_diffs(
+            &arr,
+            &[diff(insert, "$[3]", Some(&[0x0c, 1, b'y'])), diff(insert, "$[0]", Some(&[0x04, 0x01])), diff(remove, "$[1]", None)],
+        )
+        .unwrap();
         assert_eq!(c, serde_json::json!([true, 2, "x", "y"]));
         // (D) JSON_REPLACE(c1, '$.r', NULL): a JSON null, not SQL NULL
         let d = apply_json_diffs(&serde_json::json!({"r": 1}), &[diff(replace, "$.r", Some(&[0x04, 0x00]))]).unwrap();

@@ -27,7 +27,7 @@
 //!
 //! * `binval:{<name>}:lease` = `"<holder> <token>"`, with a TTL of `source.lease_ms`;
 //! * `binval:{<name>}:fence` = the last token handed out (only grows);
-//! * `binval:{<name>}:checkpoint` (see [`crate::checkpoint`]).
+//! * `binval:{<name>}:checkpoint` (see [`crate::ha::checkpoint`]).
 //!
 //! The active instance renews every third of `lease_ms`; a standby polls at the same rate and
 //! takes over at most `lease_ms` + one poll after the active one stopped renewing.
@@ -37,7 +37,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, TransientError};
-use crate::redis_sink::RedisConn;
+use crate::write::redis_sink::RedisConn;
 
 const ACQUIRE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -119,7 +119,13 @@ impl Lease {
     }
 
     /// Wait as standby until the lease is ours, or `shutdown` (then `None`).
-    pub async fn acquire(conn: &RedisConn, name: &str, holder: &str, lease_ms: u64, shutdown: &mut watch::Receiver<bool>) -> Result<Option<Lease>, Error> {
+    pub async fn acquire(
+        conn: &RedisConn,
+        name: &str,
+        holder: &str,
+        lease_ms: u64,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<Lease>, Error> {
         let mut logged = false;
         loop {
             match Self::try_acquire(conn, name, holder, lease_ms).await? {
@@ -176,7 +182,11 @@ impl Lease {
             match self.renew(&conn).await {
                 Ok(true) => last_ok = tokio::time::Instant::now(),
                 Ok(false) => {
-                    return Err(TransientError::LeaseLost { source_name: self.name.clone(), message: "another instance holds it now".into() }.into())
+                    return Err(TransientError::LeaseLost {
+                        source_name: self.name.clone(),
+                        message: "another instance holds it now".into(),
+                    }
+                    .into())
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "lease renewal failed");

@@ -1,4 +1,5 @@
-//! Shared helpers of binval's integration tests: each test gets its own database, topic, key
+//! The pipeline tests' environment (tests/pipeline.rs, delivery.rs, faults.rs, invalidation.rs,
+//! replay.rs, cli.rs): each test gets its own database, topic, key
 //! prefix, source name and server_id on the shared real services of `binval-testkit`.
 #![allow(dead_code)]
 
@@ -41,14 +42,7 @@ impl Env {
         let topic = format!("binval_{unique}");
         tk::broker().create_topic(&topic, 3).expect("create topic");
         let n = SERVER_IDS.fetch_add(1, Ordering::Relaxed);
-        Env {
-            db,
-            topic,
-            prefix: unique.clone(),
-            source_name: unique,
-            server_id: 10_000 + (std::process::id() % 10_000) * 100 + n,
-            redis,
-        }
+        Env { db, topic, prefix: unique.clone(), source_name: unique, server_id: 10_000 + (std::process::id() % 10_000) * 100 + n, redis }
     }
 
     /// SQL as root, through a fresh mysql_async connection (so timings are those of an app).
@@ -138,7 +132,9 @@ interval_ms = 200
     pub fn redis_client(&self) -> RedisClient {
         match self.redis {
             RedisKind::Standalone => RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap()),
-            RedisKind::Cluster => RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap())),
+            RedisKind::Cluster => RedisClient::Cluster(Box::new(
+                redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap(),
+            )),
         }
     }
 }
@@ -232,13 +228,21 @@ impl Running {
     /// Graceful stop; panics if the pipeline failed.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        tokio::time::timeout(Duration::from_secs(30), self.handle).await.expect("pipeline stops within 30 s").unwrap().expect("pipeline ended cleanly");
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("pipeline stops within 30 s")
+            .unwrap()
+            .expect("pipeline ended cleanly");
     }
 }
 
 /// Read `topic` (3 partitions) on `bootstrap` from the beginning until every wanted
 /// (key, version) was seen or 30 s passed; returns what was seen.
-pub fn events_until(bootstrap: &str, topic: &str, want: &std::collections::HashSet<(String, u64)>) -> std::collections::HashSet<(String, u64)> {
+pub fn events_until(
+    bootstrap: &str,
+    topic: &str,
+    want: &std::collections::HashSet<(String, u64)>,
+) -> std::collections::HashSet<(String, u64)> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("group.id", tk::unique_name("check"))

@@ -1,8 +1,7 @@
-//! Source stage: the replica connection to the MySQL/MariaDB primary.
+//! The reader: the replica connection to the MySQL/MariaDB primary, from a start position to
+//! committed transactions in commit order.
 //!
-//! * Preflight: refuses to start unless `binlog_format=ROW`, `binlog_row_image=FULL` and
-//!   `binlog_row_metadata=FULL` (the decoder needs full images and column names), naming the
-//!   setting to change.
+//! * Before reading: the server's preflight ([`crate::binlog::server::preflight`]).
 //! * Start: from the saved checkpoint, else from `source.start` (current position, `FILE:POS`,
 //!   or a MariaDB GTID position via `@slave_connect_state`).
 //! * Announces itself with `source.server_id`, asks for a heartbeat every
@@ -16,10 +15,10 @@
 //! own GTID event (type 162) is not parsed by mysql_common 0.37, so binval reads its fixed
 //! 13-byte body (seq_no u64 LE, domain_id u32 LE, flags u8; MariaDB `Gtid_log_event`) itself.
 //! MariaDB compressed events (`log_bin_compress=ON`, types 165-171) are decompressed into the
-//! plain QUERY / row events they wrap ([`crate::decode::uncompress_mariadb_event`]) and then
+//! plain QUERY / row events they wrap ([`crate::binlog::decode::uncompress_mariadb_event`]) and then
 //! handled like those; one that cannot be decompressed stops the source with its position.
 //! MySQL 8 TRANSACTION_PAYLOAD events (`binlog_transaction_compression=ON`) are unwrapped
-//! ([`crate::decode::transaction_payload_events`]) and their inner events (BEGIN, TABLE_MAPs,
+//! ([`crate::binlog::decode::transaction_payload_events`]) and their inner events (BEGIN, TABLE_MAPs,
 //! rows, XID) handled in order at the payload event's position; a payload that cannot be read
 //! to its end stops the source with a definite error, and none of its rows are passed on.
 
@@ -31,15 +30,16 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStreamRequest, Conn, Opts};
+use mysql_async::BinlogStreamRequest;
 use mysql_common::binlog::events::EventData;
 use tokio::sync::{mpsc, watch};
 
+use crate::binlog::decode::{decode_rows, TableSchema};
+use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file, ServerInfo};
+use crate::binlog::txn::{Assembler, Boundary, Transaction};
 use crate::config::{SourceConfig, StartPosition};
-use crate::decode::{decode_rows, TableSchema};
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};
-use crate::txn::{Assembler, Boundary, Transaction};
 
 /// MariaDB GTID_EVENT type code.
 const MARIADB_GTID_EVENT: u8 = 162;
@@ -62,131 +62,6 @@ impl std::fmt::Display for Resume {
             Resume::Gtid(g) => write!(f, "gtid {g}"),
         }
     }
-}
-
-/// What the server says about itself.
-#[derive(Debug, Clone)]
-pub struct ServerInfo {
-    /// `@@version`.
-    pub version: String,
-    /// True for MariaDB.
-    pub mariadb: bool,
-    /// `@@binlog_checksum` is not NONE.
-    pub checksum: bool,
-    /// Current binlog file and position (SHOW MASTER STATUS).
-    pub current: SourcePosition,
-}
-
-/// Connect with the configured URL.
-pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
-    let opts = Opts::from_url(&cfg.url).map_err(|e| Error::config("source.url", e.to_string()))?;
-    Conn::new(opts).await.map_err(|e| classify_mysql(e, "connect"))
-}
-
-/// Check the settings binval needs and read where the binlog is now.
-pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
-    let q = |e| classify_mysql(e, "preflight");
-    type Settings = (String, String, String, Option<String>, Option<String>);
-    let row: Option<Settings> = conn
-        .query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata")
-        .await
-        .or_else(|e| match &e {
-            // MySQL < 8.0.1 has no binlog_row_metadata.
-            mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
-            _ => Err(e),
-        })
-        .map_err(q)?;
-    let Some((version, format, image, checksum, metadata)) = row else {
-        return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: "unsupported by this server".into(), want: "FULL" }.into());
-    };
-    let log_bin: Option<String> = conn.query_first("SELECT @@log_bin").await.map_err(q)?;
-    if log_bin.as_deref() != Some("1") && log_bin.as_deref() != Some("ON") {
-        return Err(DefiniteError::SourceSetting { setting: "log_bin", found: log_bin.unwrap_or_default(), want: "ON" }.into());
-    }
-    if !format.eq_ignore_ascii_case("ROW") {
-        return Err(DefiniteError::SourceSetting { setting: "binlog_format", found: format, want: "ROW" }.into());
-    }
-    if !image.eq_ignore_ascii_case("FULL") {
-        return Err(DefiniteError::SourceSetting { setting: "binlog_row_image", found: image, want: "FULL" }.into());
-    }
-    let metadata = metadata.unwrap_or_default();
-    if !metadata.eq_ignore_ascii_case("FULL") {
-        return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: metadata, want: "FULL" }.into());
-    }
-    let collations: Vec<(Option<u64>, Option<String>)> =
-        conn.query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS").await.map_err(q)?;
-    crate::charset::learn_from_server(collations.into_iter().filter_map(|(id, cs)| Some((id? as u16, cs?))).collect());
-    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
-    let status = status.ok_or_else(|| DefiniteError::SourceSetting { setting: "log_bin", found: "no binlog (SHOW MASTER STATUS is empty)".into(), want: "ON" })?;
-    let file: String = status.get(0).unwrap_or_default();
-    let pos: u64 = status.get(1).unwrap_or_default();
-    Ok(ServerInfo {
-        mariadb: version.to_ascii_lowercase().contains("mariadb"),
-        version,
-        checksum: !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"),
-        current: SourcePosition { file, pos, gtid: None },
-    })
-}
-
-/// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
-/// column check constraint named after the column with the clause ``json_valid(`col`)``
-/// (MariaDB docs, "JSON Data Type"); the binlog carries such values as text. Returns
-/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now (the schema
-/// at start, not at event time: a column changed to or from JSON later needs a restart).
-pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<HashMap<String, Vec<String>>, Error> {
-    let rows: Vec<(String, String, String, String)> = conn
-        .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%'")
-        .await
-        .map_err(|e| classify_mysql(e, "information_schema.CHECK_CONSTRAINTS"))?;
-    let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    for (schema, table, name, clause) in rows {
-        let full = format!("{schema}.{table}");
-        if tables.contains(&full) && clause == format!("json_valid(`{name}`)") {
-            out.entry(full).or_default().push(name);
-        }
-    }
-    Ok(out)
-}
-
-/// Check each mapping against the source's schema: the table exists, and every column a key
-/// template or the payload names is a column of it. Returns one line per problem, naming the
-/// mapping field (`mappings[0].keys[1]`).
-pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingConfig]) -> Result<Vec<String>, Error> {
-    let mut problems = Vec::new();
-    for (i, m) in mappings.iter().enumerate() {
-        let (schema, table) = m.table.split_once('.').unwrap_or(("", &m.table));
-        let cols: Vec<String> = conn
-            .exec("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", (schema, table))
-            .await
-            .map_err(|e| classify_mysql(e, "check"))?;
-        if cols.is_empty() {
-            problems.push(format!("mappings[{i}].table: table `{}` does not exist on the source (or the binval user cannot see it)", m.table));
-            continue;
-        }
-        for (k, key) in m.keys.iter().enumerate() {
-            if let Ok(t) = binval_protocol::KeyTemplate::parse(key) {
-                for c in t.columns() {
-                    if !cols.iter().any(|x| x == c) {
-                        problems.push(format!("mappings[{i}].keys[{k}]: `{key}` uses column `{c}`, which `{}` does not have", m.table));
-                    }
-                }
-            }
-        }
-        if let crate::config::Payload::Columns(pc) = &m.payload {
-            for c in pc {
-                if !cols.iter().any(|x| x == c) {
-                    problems.push(format!("mappings[{i}].payload: column `{c}` is not a column of `{}`", m.table));
-                }
-            }
-        }
-    }
-    Ok(problems)
-}
-
-/// Binlog files the server still has (SHOW BINARY LOGS).
-pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
-    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOGS"))?;
-    Ok(rows.into_iter().map(|r| r.get::<String, _>(0).unwrap_or_default()).collect())
 }
 
 /// Decide the first position: checkpoint, else the configured start.
@@ -264,13 +139,7 @@ async fn read_once(
     let info = preflight(&mut conn).await?;
     if let Resume::FilePos(p) = &*resume {
         let logs = binary_logs(&mut conn).await?;
-        if !logs.iter().any(|l| l == &p.file) {
-            return Err(DefiniteError::PositionGone {
-                position: format!("{}:{}", p.file, p.pos),
-                message: format!("file {} is not among the server's binary logs ({})", p.file, logs.join(", ")),
-            }
-            .into());
-        }
+        require_binlog_file(&logs, &p.into(), "the resume position")?;
     }
     let heartbeat_ns = cfg.heartbeat_ms * 1_000_000;
     conn.query_drop(format!("SET @master_heartbeat_period = {heartbeat_ns}")).await.map_err(|e| classify_mysql(e, "setup"))?;
@@ -322,7 +191,9 @@ async fn read_once(
                     Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
                     Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
                     // Before the first ROTATE of a GTID start no file is known: name the GTID.
-                    Ok(Some(Err(e))) => return Err(classify_mysql(e, &if file.is_empty() { position_text.clone() } else { format!("{file}:{last_pos}") })),
+                    Ok(Some(Err(e))) => {
+                        return Err(classify_mysql(e, &if file.is_empty() { position_text.clone() } else { format!("{file}:{last_pos}") }))
+                    }
                     Ok(Some(Ok(ev))) => ev,
                 };
                 (ev, None)
@@ -362,8 +233,9 @@ async fn read_once(
         // MariaDB log_bin_compress=ON: QUERY_COMPRESSED and the compressed row events become
         // the plain events they wrap; a record that cannot be decompressed stops the stream.
         let uncompressed;
-        let ev = if crate::decode::mariadb_compressed_plain_type(header.event_type_raw()).is_some() {
-            uncompressed = crate::decode::uncompress_mariadb_event(&ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+        let ev = if crate::binlog::decode::mariadb_compressed_plain_type(header.event_type_raw()).is_some() {
+            uncompressed =
+                crate::binlog::decode::uncompress_mariadb_event(&ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
             &uncompressed
         } else {
             &ev
@@ -371,7 +243,7 @@ async fn read_once(
         let data = match ev.read_data() {
             Ok(Some(d)) => d,
             // Types mysql_common does not know: passed over only when they carry no rows.
-            Ok(None) if crate::decode::skippable_unknown_event(header.event_type_raw(), header.flags_raw()) => continue,
+            Ok(None) if crate::binlog::decode::skippable_unknown_event(header.event_type_raw(), header.flags_raw()) => continue,
             Ok(None) => {
                 return Err(DefiniteError::UnsupportedEvent(format!(
                     "unknown binlog event type {} at {} (not marked ignorable): binval does not skip events it cannot read",
@@ -448,7 +320,8 @@ async fn read_once(
             EventData::TransactionPayloadEvent(_) => {
                 // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN,
                 // TABLE_MAPs, rows, XID) is inside; a payload that cannot be read stops here.
-                let inner = crate::decode::transaction_payload_events(ev).map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
+                let inner = crate::binlog::decode::transaction_payload_events(ev)
+                    .map_err(|e| DefiniteError::Decode { position: at(), source: e })?;
                 payload = inner.into_iter();
                 payload_header = Some(header);
                 None
@@ -487,7 +360,11 @@ async fn read_once(
                 if t.starts_with("# Dummy event replacing event type") {
                     // MariaDB replaces events a replica declared it cannot handle (by
                     // @mariadb_slave_capability) with this comment: the real event is lost.
-                    return Err(DefiniteError::UnsupportedEvent(format!("at {}: the source sent a placeholder instead of an event ({t}); binval never accepts it in place of row events", at())).into());
+                    return Err(DefiniteError::UnsupportedEvent(format!(
+                        "at {}: the source sent a placeholder instead of an event ({t}); binval never accepts it in place of row events",
+                        at()
+                    ))
+                    .into());
                 }
                 if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
                     None
@@ -502,7 +379,7 @@ async fn read_once(
                 } else {
                     let mut invalidate_tables = Vec::new();
                     let mut renamed = false;
-                    if let Some(ddl) = crate::ddl::classify(t, &q.schema()) {
+                    if let Some(ddl) = crate::binlog::ddl::classify(t, &q.schema()) {
                         let unsupported = |table: &str| DefiniteError::UnsupportedDdl {
                             kind: ddl.kind,
                             table: table.to_string(),

@@ -38,14 +38,15 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
+use crate::binlog::reader::{self, Resume, SourceStats};
+use crate::binlog::server;
+use crate::binlog::txn::Transaction;
 use crate::config::Config;
 use crate::error::{DefiniteError, Error, TransientError};
-use crate::fence::FenceRule;
-use crate::kafka_sink::KafkaSink;
 use crate::mapping::{KeyChange, Mapper};
-use crate::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
-use crate::source::{self, Resume, SourceStats};
-use crate::txn::Transaction;
+use crate::write::fence::FenceRule;
+use crate::write::kafka_sink::KafkaSink;
+use crate::write::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 
 /// One end of a replay range.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,7 +79,11 @@ impl ReplayPoint {
     /// accepted). The error names the flag and the accepted forms.
     pub fn parse(flag: &str, s: &str) -> Result<Self, String> {
         let s = s.trim();
-        let bad = || format!("{flag} `{s}`: expected FILE:POS (mysql-bin.000003:4), gtid:D-S-N (gtid:0-1-100) or a UTC date-time (2026-11-30 12:00:00)");
+        let bad = || {
+            format!(
+                "{flag} `{s}`: expected FILE:POS (mysql-bin.000003:4), gtid:D-S-N (gtid:0-1-100) or a UTC date-time (2026-11-30 12:00:00)"
+            )
+        };
         if let Some(g) = s.strip_prefix("gtid:") {
             let p: Vec<&str> = g.split('-').collect();
             return match p.as_slice() {
@@ -185,9 +190,9 @@ pub async fn run(
     };
     let mapper = Arc::new(Mapper::new(&mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
 
-    let mut conn = source::connect(&cfg.source).await?;
-    let info = source::preflight(&mut conn).await?;
-    let logs = source::binary_logs(&mut conn).await?;
+    let mut conn = server::connect(&cfg.source).await?;
+    let info = server::preflight(&mut conn).await?;
+    let logs = server::binary_logs(&mut conn).await?;
     let mapper = crate::pipeline::with_detected_json(&mappings, mapper, &mut conn, info.mariadb).await?;
     drop(conn);
     let to = args.to.clone().unwrap_or(ReplayPoint::FilePos(info.current.clone()));
@@ -202,13 +207,7 @@ pub async fn run(
     });
     let (resume, not_before_ms) = match &args.from {
         ReplayPoint::FilePos(p) => {
-            if !logs.contains(&p.file) {
-                return Err(DefiniteError::PositionGone {
-                    position: format!("{}:{}", p.file, p.pos),
-                    message: format!("--from names file {} which is not among the server's binary logs ({})", p.file, logs.join(", ")),
-                }
-                .into());
-            }
+            server::require_binlog_file(&logs, &p.into(), "--from")?;
             (Resume::FilePos(p.clone()), 0)
         }
         ReplayPoint::Gtid { domain, server, seq } => (Resume::Gtid(format!("{domain}-{server}-{seq}")), 0),
@@ -223,7 +222,7 @@ pub async fn run(
     // in its checkpoint. Replay starts elsewhere and cannot know which renames came before
     // --from: the operator says so.
     let names = {
-        let mut store = crate::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
+        let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
         let renamed = store.load().await?.map(|c| c.renamed).unwrap_or_default();
         match (renamed.0.is_empty(), args.renames_from_checkpoint) {
             (true, _) | (false, Some(false)) => crate::mapping::TableNames::default(),
@@ -242,7 +241,7 @@ pub async fn run(
         }
     };
     let kafka = if args.dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
-    let fence_key = crate::lease::fence_key(&cfg.source.name);
+    let fence_key = crate::ha::lease::fence_key(&cfg.source.name);
     let mut token = current_token(&redis, &fence_key).await?;
     let limiter = args.rate.and_then(std::num::NonZeroU32::new).map(|r| governor::RateLimiter::direct(governor::Quota::per_second(r)));
 
@@ -256,7 +255,7 @@ pub async fn run(
     let (txn_tx, mut txn_rx) = mpsc::channel::<Transaction>(64);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(SourceStats::default());
-    let source_task = tokio::spawn(source::run(src_cfg.clone(), mapper.clone(), names, resume, txn_tx, stop_rx, stats.clone()));
+    let source_task = tokio::spawn(reader::run(src_cfg.clone(), mapper.clone(), names, resume, txn_tx, stop_rx, stats.clone()));
     let mut sd = shutdown.clone();
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {
@@ -289,7 +288,10 @@ pub async fn run(
                 return Err(DefiniteError::MappingBroken {
                     table,
                     position: txn.position.to_string(),
-                    message: format!("key column(s) {} are not in the row image (renamed or dropped, or a MINIMAL/NOBLOB row image)", missing.join(", ")),
+                    message: format!(
+                        "key column(s) {} are not in the row image (renamed or dropped, or a MINIMAL/NOBLOB row image)",
+                        missing.join(", ")
+                    ),
                 }
                 .into());
             }
@@ -310,7 +312,8 @@ pub async fn run(
                     for ch in &changes {
                         let (version_now, replica_positions) = redis.read_positions(&ch.key, ch.replicas).await?;
                         // Same rule as the write: skipped when the token is newer.
-                        let would = version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
+                        let would =
+                            version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
                         if would {
                             summary.changed += 1;
                         } else {
@@ -388,7 +391,8 @@ pub async fn run(
 
 async fn current_token(redis: &RedisConn, fence_key: &str) -> Result<u64, Error> {
     let mut c = redis.clone();
-    let t: Option<u64> = c.query(redis::cmd("GET").arg(fence_key)).await.map_err(|e| TransientError::Redis(format!("GET {fence_key}: {e}")))?;
+    let t: Option<u64> =
+        c.query(redis::cmd("GET").arg(fence_key)).await.map_err(|e| TransientError::Redis(format!("GET {fence_key}: {e}")))?;
     Ok(t.unwrap_or(0))
 }
 
@@ -426,8 +430,9 @@ fn gtid_seq(txn: &Transaction, domain: u32) -> Option<u64> {
 /// Idle check: nothing more to replay when the primary's current position is not beyond the
 /// last transaction replayed (or the end of the range was passed).
 async fn caught_up(cfg: &crate::config::SourceConfig, last: Option<&SourcePosition>, to: &ReplayPoint) -> Result<bool, Error> {
-    let mut conn = source::connect(cfg).await?;
-    let row: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(|e| crate::error::classify_mysql(e, "SHOW MASTER STATUS"))?;
+    let mut conn = server::connect(cfg).await?;
+    let row: Option<mysql_async::Row> =
+        conn.query_first("SHOW MASTER STATUS").await.map_err(|e| crate::error::classify_mysql(e, "SHOW MASTER STATUS"))?;
     let _ = conn.disconnect().await;
     let Some(row) = row else { return Ok(true) };
     let cur = (file_index(&row.get::<String, _>(0).unwrap_or_default()), row.get::<u64, _>(1).unwrap_or(0));
@@ -444,7 +449,7 @@ async fn file_for_time(cfg: &crate::config::SourceConfig, logs: &[String], ms: u
     use futures::StreamExt;
     let mut chosen = logs.first().cloned().ok_or_else(|| Error::config("--from", "the server has no binary logs"))?;
     for f in logs {
-        let conn = source::connect(cfg).await?;
+        let conn = server::connect(cfg).await?;
         let name = f.clone().into_bytes();
         let req = mysql_async::BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
         let mut stream = conn.get_binlog_stream(req).await.map_err(|e| crate::error::classify_mysql(e, &format!("{f}:4")))?;

@@ -1,0 +1,18 @@
+//! Reading the binlog: from the replica connection (or a binlog file) to committed
+//! transactions of decoded rows.
+//!
+//! | module | step |
+//! |---|---|
+//! | [`server`] | the source server: connect, preflight, binary logs, schema checks |
+//! | [`reader`] | the replica connection: start/resume, heartbeats, reconnect, events -> transactions |
+//! | [`decode`] | TABLE_MAP + row events -> rows with named columns, canonical JSON values |
+//! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
+//! | [`txn`] | rows grouped by transaction; only committed transactions go on |
+//! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
+
+pub mod ddl;
+pub mod decode;
+pub mod offline;
+pub mod reader;
+pub mod server;
+pub mod txn;

@@ -1,0 +1,165 @@
+//! The source server: connecting, the preflight of the binlog settings binval needs, what the
+//! server says about itself (version, checksums, current position, binary logs), and checks of
+//! the mappings against its schema. Used by the reader and by every command.
+//!
+//! * Preflight refuses to start unless `log_bin=ON`, `binlog_format=ROW`,
+//!   `binlog_row_image=FULL` and `binlog_row_metadata=FULL` (the decoder needs full images and
+//!   column names), naming the setting to change.
+
+use std::collections::HashMap;
+
+use binval_protocol::{BinlogPosition, SourcePosition};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+
+use crate::config::SourceConfig;
+use crate::error::{classify_mysql, DefiniteError, Error};
+
+/// What the server says about itself.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// `@@version`.
+    pub version: String,
+    /// True for MariaDB.
+    pub mariadb: bool,
+    /// `@@binlog_checksum` is not NONE.
+    pub checksum: bool,
+    /// Current binlog file and position (SHOW MASTER STATUS).
+    pub current: SourcePosition,
+}
+
+/// Connect with the configured URL.
+pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
+    let opts = Opts::from_url(&cfg.url).map_err(|e| Error::config("source.url", e.to_string()))?;
+    Conn::new(opts).await.map_err(|e| classify_mysql(e, "connect"))
+}
+
+/// Check the settings binval needs and read where the binlog is now.
+pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
+    let q = |e| classify_mysql(e, "preflight");
+    type Settings = (String, String, String, Option<String>, Option<String>);
+    let row: Option<Settings> = conn
+        .query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata")
+        .await
+        .or_else(|e| match &e {
+            // MySQL < 8.0.1 has no binlog_row_metadata.
+            mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
+            _ => Err(e),
+        })
+        .map_err(q)?;
+    let Some((version, format, image, checksum, metadata)) = row else {
+        return Err(DefiniteError::SourceSetting {
+            setting: "binlog_row_metadata",
+            found: "unsupported by this server".into(),
+            want: "FULL",
+        }
+        .into());
+    };
+    let log_bin: Option<String> = conn.query_first("SELECT @@log_bin").await.map_err(q)?;
+    if log_bin.as_deref() != Some("1") && log_bin.as_deref() != Some("ON") {
+        return Err(DefiniteError::SourceSetting { setting: "log_bin", found: log_bin.unwrap_or_default(), want: "ON" }.into());
+    }
+    if !format.eq_ignore_ascii_case("ROW") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_format", found: format, want: "ROW" }.into());
+    }
+    if !image.eq_ignore_ascii_case("FULL") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_row_image", found: image, want: "FULL" }.into());
+    }
+    let metadata = metadata.unwrap_or_default();
+    if !metadata.eq_ignore_ascii_case("FULL") {
+        return Err(DefiniteError::SourceSetting { setting: "binlog_row_metadata", found: metadata, want: "FULL" }.into());
+    }
+    let collations: Vec<(Option<u64>, Option<String>)> =
+        conn.query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS").await.map_err(q)?;
+    crate::binlog::decode::charset::learn_from_server(collations.into_iter().filter_map(|(id, cs)| Some((id? as u16, cs?))).collect());
+    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
+    let status = status.ok_or_else(|| DefiniteError::SourceSetting {
+        setting: "log_bin",
+        found: "no binlog (SHOW MASTER STATUS is empty)".into(),
+        want: "ON",
+    })?;
+    let file: String = status.get(0).unwrap_or_default();
+    let pos: u64 = status.get(1).unwrap_or_default();
+    Ok(ServerInfo {
+        mariadb: version.to_ascii_lowercase().contains("mariadb"),
+        version,
+        checksum: !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"),
+        current: SourcePosition { file, pos, gtid: None },
+    })
+}
+
+/// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
+/// column check constraint named after the column with the clause ``json_valid(`col`)``
+/// (MariaDB docs, "JSON Data Type"); the binlog carries such values as text. Returns
+/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now (the schema
+/// at start, not at event time: a column changed to or from JSON later needs a restart).
+pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<HashMap<String, Vec<String>>, Error> {
+    let rows: Vec<(String, String, String, String)> = conn
+        .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%'")
+        .await
+        .map_err(|e| classify_mysql(e, "information_schema.CHECK_CONSTRAINTS"))?;
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for (schema, table, name, clause) in rows {
+        let full = format!("{schema}.{table}");
+        if tables.contains(&full) && clause == format!("json_valid(`{name}`)") {
+            out.entry(full).or_default().push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// Check each mapping against the source's schema: the table exists, and every column a key
+/// template or the payload names is a column of it. Returns one line per problem, naming the
+/// mapping field (`mappings[0].keys[1]`).
+pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingConfig]) -> Result<Vec<String>, Error> {
+    let mut problems = Vec::new();
+    for (i, m) in mappings.iter().enumerate() {
+        let (schema, table) = m.table.split_once('.').unwrap_or(("", &m.table));
+        let cols: Vec<String> = conn
+            .exec("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", (schema, table))
+            .await
+            .map_err(|e| classify_mysql(e, "check"))?;
+        if cols.is_empty() {
+            problems
+                .push(format!("mappings[{i}].table: table `{}` does not exist on the source (or the binval user cannot see it)", m.table));
+            continue;
+        }
+        for (k, key) in m.keys.iter().enumerate() {
+            if let Ok(t) = binval_protocol::KeyTemplate::parse(key) {
+                for c in t.columns() {
+                    if !cols.iter().any(|x| x == c) {
+                        problems.push(format!("mappings[{i}].keys[{k}]: `{key}` uses column `{c}`, which `{}` does not have", m.table));
+                    }
+                }
+            }
+        }
+        if let crate::config::Payload::Columns(pc) = &m.payload {
+            for c in pc {
+                if !cols.iter().any(|x| x == c) {
+                    problems.push(format!("mappings[{i}].payload: column `{c}` is not a column of `{}`", m.table));
+                }
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// Binlog files the server still has (SHOW BINARY LOGS).
+pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOGS"))?;
+    Ok(rows.into_iter().map(|r| r.get::<String, _>(0).unwrap_or_default()).collect())
+}
+
+/// Errors with [`DefiniteError::PositionGone`] unless the file of `position` is among `logs`
+/// (from [`binary_logs`]); `origin` says where the position came from (`source.start`,
+/// `--from`, `the checkpoint`), so the operator knows what to change.
+pub fn require_binlog_file(logs: &[String], position: &BinlogPosition, origin: &str) -> Result<(), Error> {
+    if logs.iter().any(|l| *l == position.file) {
+        return Ok(());
+    }
+    Err(DefiniteError::PositionGone {
+        position: position.to_string(),
+        message: format!("{origin} names file {}, which is not among the server's binary logs ({})", position.file, logs.join(", ")),
+    }
+    .into())
+}

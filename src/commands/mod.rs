@@ -1,0 +1,16 @@
+//! The subcommands of the `binval` binary, one module each (the CLI in `main.rs` only parses
+//! arguments and dispatches here).
+//!
+//! | module | command |
+//! |---|---|
+//! | [`run`] | `binval run`: the pipeline under a signal handler |
+//! | [`check`] | `binval check`: read-only preflight |
+//! | [`decode`] | `binval decode`: a binlog file as JSON lines |
+//! | [`replay`] | `binval replay`: re-apply a binlog range through the fenced writes |
+//! | [`republish`] | `binval republish`: publish a past range of invalidation events again |
+
+pub mod check;
+pub mod decode;
+pub mod replay;
+pub mod republish;
+pub mod run;

@@ -1,0 +1,10 @@
+//! High availability and resumption: one active instance per source, and the position it
+//! resumes from.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`lease`] | the source's lease and the fencing token of each tenure |
+//! | [`checkpoint`] | the resume position, saved only after both sinks acknowledged |
+
+pub mod checkpoint;
+pub mod lease;
