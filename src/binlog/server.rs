@@ -154,7 +154,7 @@ pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
 /// (from [`binary_logs`]); `origin` says where the position came from (`source.start`,
 /// `--from`, `the checkpoint`), so the operator knows what to change.
 pub fn require_binlog_file(logs: &[String], position: &BinlogPosition, origin: &str) -> Result<(), Error> {
-    if logs.iter().any(|l| *l == position.file) {
+    if logs.contains(&position.file) {
         return Ok(());
     }
     Err(DefiniteError::PositionGone {
