@@ -110,6 +110,22 @@ pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -
     Ok(starts)
 }
 
+/// Create the listener's librdkafka consumer and assign it every partition at its high
+/// watermark ([`assign_all_at_end`]), on a blocking thread: metadata, watermarks and assign
+/// are blocking librdkafka calls. Returns the consumer, the start offset per partition and the
+/// settings (moved in and out of the blocking task).
+pub(crate) async fn start_assigned(
+    settings: ListenerSettings,
+) -> Result<(BaseConsumer, BTreeMap<i32, i64>, ListenerSettings), ConsumerError> {
+    tokio::task::spawn_blocking(move || {
+        let consumer = create_consumer(&settings)?;
+        let known = assign_all_at_end(&consumer, &settings)?;
+        Ok::<_, ConsumerError>((consumer, known, settings))
+    })
+    .await
+    .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("startup task failed: {e}") })?
+}
+
 /// Sets the fail-safe when the listener thread ends for any reason other than shutdown
 /// (including a panic), and signals whoever waits in `shutdown()`.
 struct ExitGuard {

@@ -1,0 +1,88 @@
+//! Options of the invalidation listener (`listener.rs`) and what it shares with the read path
+//! (`state.rs`): the fill-race guard, the lag bound of the fail safe, the metadata refresh and
+//! the eviction notices.
+
+use std::time::Duration;
+
+use super::ConsumerBuilder;
+
+/// # Invalidation, the fill-race guard and the fail safe
+///
+/// How long and for how many keys the fill-race guard remembers event versions
+/// ([`ConsumerBuilder::fill_guard_entries`], [`ConsumerBuilder::fill_guard_ttl`]), the lag
+/// bound after which the local cache is bypassed ([`ConsumerBuilder::max_staleness`]), how
+/// often new partitions are looked for ([`ConsumerBuilder::metadata_refresh`]) and the
+/// capacity of [`Consumer::subscribe_evictions`](crate::Consumer::subscribe_evictions). See
+/// "Invalidation and the fail safe" in the crate docs.
+impl ConsumerBuilder {
+    /// Bound of the fill-race guard (newest event version per recently invalidated key), in
+    /// entries. Default 100 000. Size it for the number of distinct keys invalidated within
+    /// [`ConsumerBuilder::fill_guard_ttl`].
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.fill_guard_entries(500_000);
+    /// ```
+    pub fn fill_guard_entries(mut self, entries: u64) -> Self {
+        self.fill_guard_entries = entries;
+        self
+    }
+
+    /// How long the fill-race guard remembers a key's newest event version. Default 30 s; must
+    /// exceed the longest fill: [`ConsumerBuilder::redis_response_timeout`] × (1 + the largest
+    /// replica count), plus [`ConsumerBuilder::loader_timeout`] when a loader is set
+    /// (`build()` checks it).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.fill_guard_ttl(Duration::from_secs(10));
+    /// ```
+    pub fn fill_guard_ttl(mut self, ttl: Duration) -> Self {
+        self.fill_guard_ttl = ttl;
+        self
+    }
+
+    /// The lag bound of the fail safe (invariant I5): the listener checks every half of it that
+    /// it has read every partition up to the broker's high watermark; when it could not
+    /// confirm that for longer than the bound (the broker is silent, the network drops packets
+    /// without resetting connections, or the listener fell behind), the consumer stops serving
+    /// local values until a check succeeds again (then it clears the cache and resumes).
+    /// `None` turns the check off (only broker errors trigger the fail safe). Default 2 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_staleness(Some(Duration::from_millis(500)));
+    /// ```
+    pub fn max_staleness(mut self, bound: Option<Duration>) -> Self {
+        self.max_staleness = bound;
+        self
+    }
+
+    /// How often the listener re-reads the topic's metadata to pick up added partitions.
+    /// Default 5 s.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.metadata_refresh(Duration::from_secs(30));
+    /// ```
+    pub fn metadata_refresh(mut self, every: Duration) -> Self {
+        self.metadata_refresh = every;
+        self
+    }
+
+    /// Capacity of the [`Consumer::subscribe_evictions`](crate::Consumer::subscribe_evictions)
+    /// channel, in notices. Default 4096; a receiver that falls further behind gets
+    /// `RecvError::Lagged`.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.eviction_channel_capacity(65_536);
+    /// ```
+    pub fn eviction_channel_capacity(mut self, notices: usize) -> Self {
+        self.eviction_channel_capacity = notices;
+        self
+    }
+}

@@ -1,0 +1,327 @@
+//! [`Consumer`]: the handle an app instance keeps, and the synchronous part of a read.
+//!
+//! A read ([`Consumer::get_shared`]) is split in two on purpose: `Consumer::lookup` is plain
+//! synchronous code (count the read for hot-key detection, check the fail-safe flag, the
+//! per-thread front and moka) that serves a local hit without building any future state; only
+//! a miss goes on to single-flight (`single_flight.rs`) and the read-through fill (`read.rs`).
+//! The rest of this file is the accessors and [`Consumer::shutdown`].
+
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use binval_protocol::Version;
+use futures::future::FutureExt;
+use serde::de::DeserializeOwned;
+use tokio::sync::{broadcast, oneshot};
+use tracing::warn;
+
+use crate::error::ConsumerError;
+use crate::front;
+use crate::hot::HotKey;
+use crate::loader::LoaderFn;
+use crate::redis_conn::RedisConn;
+use crate::single_flight::SingleFlight;
+use crate::state::{EvictionNotice, Shared};
+use crate::stats::Stats;
+use crate::ConsumerBuilder;
+
+/// Which keys the local cache holds ([`ConsumerBuilder::cache_mode`]). Keys it does not hold
+/// are still read through single-flight, the miss rate limits and Redis, on every `get`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Every key read (the default).
+    #[default]
+    All,
+    /// Only keys that start with one of these prefixes, e.g. `["item:detail:"]`.
+    Prefixes(Vec<String>),
+    /// Only keys this instance detected hot: read at or above
+    /// [`ConsumerBuilder::hot_key_threshold`] reads per second (see "Hot-key detection" in the
+    /// crate docs). A key is judged when it misses; once cached it stays until an event, its
+    /// TTL or the bounds remove it, and is judged again at its next miss.
+    HotOnly,
+}
+
+/// The handle an app instance keeps: a local cache in front of binval's Redis replicas, kept
+/// in step by a background invalidation listener. Cheap to clone (all clones share one cache
+/// and one listener); create one per process with [`Consumer::builder`].
+#[derive(Clone)]
+pub struct Consumer {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Everything a [`Consumer`] and its clones share. Built by [`ConsumerBuilder::build`].
+pub(crate) struct Inner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) redis: RedisConn,
+    pub(crate) default_replicas: u32,
+    /// Sorted longest prefix first.
+    pub(crate) prefix_replicas: Vec<(String, u32)>,
+    pub(crate) mode: CacheMode,
+    pub(crate) loader: Option<LoaderFn>,
+    pub(crate) loader_timeout: Duration,
+    pub(crate) cache_loaded: bool,
+    /// Use the per-thread front ([`front`]).
+    pub(crate) thread_front: bool,
+    pub(crate) response_timeout: Duration,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) stop: Arc<AtomicBool>,
+    /// Single-flight: the fill in flight per key (see [`SingleFlight`]).
+    pub(crate) inflight: SingleFlight,
+    pub(crate) done: Mutex<Option<oneshot::Receiver<()>>>,
+    pub(crate) topic: String,
+    pub(crate) group_id: String,
+}
+
+/// What the synchronous part of a read decided.
+enum Lookup {
+    /// A local hit.
+    Hit(Arc<str>),
+    /// Read through; `cache`: whether the fill may cache its value.
+    Fill { cache: bool },
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Last handle gone without shutdown(): let the listener thread end on its own.
+        self.stop.store(true, SeqCst);
+    }
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("topic", &self.inner.topic)
+            .field("group_id", &self.inner.group_id)
+            .field("serving_local", &self.is_serving_local())
+            .field("cache_mode", &self.inner.mode)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Consumer {
+    /// Start configuring a consumer; see [`ConsumerBuilder`] for every option and its default.
+    pub fn builder() -> ConsumerBuilder {
+        ConsumerBuilder::default()
+    }
+
+    /// The payload of logical key `key` (e.g. `item:detail:6666`), as the JSON text stored in
+    /// its replicas, or `None` if the row does not exist (a tombstone, or no replica and no
+    /// loader value; `None` is not cached).
+    ///
+    /// A local cache hit returns at once. A miss reads `K:ver` (absent = version 0), then
+    /// `HMGET K:r{i} d t` of one random replica: a value is the answer; a tombstone means the
+    /// row was deleted (`None`, no other replica or loader is asked); a missing replica sends
+    /// the fill to another replica (each at most once), then to the loader if one is set
+    /// ([`ConsumerBuilder::loader`]). The value is cached with the version unless the cache
+    /// mode, the fill-race guard or the fail-safe forbids it. Each Redis read is bounded by
+    /// the response timeout (default 200 ms) and never retried.
+    ///
+    /// Concurrent misses of the same key in this instance share one fill (single-flight): one
+    /// Redis round trip, and every caller gets its outcome (value, `None` or error). The fill
+    /// runs as its own tokio task, so a caller that gives up does not cancel it for the others.
+    /// If a miss rate limit is set and refuses the fill, `get` returns the key's stale copy if
+    /// one is held, else [`ConsumerError::Overloaded`].
+    ///
+    /// Must be called within a tokio runtime (a local hit does not touch it, except to start a
+    /// refresh-ahead, which is skipped outside a runtime).
+    pub async fn get(&self, key: &str) -> Result<Option<String>, ConsumerError> {
+        Ok(self.get_shared(key).await?.map(|v| v.to_string()))
+    }
+
+    /// Like [`Consumer::get`], without copying the payload out of the local cache.
+    pub async fn get_shared(&self, key: &str) -> Result<Option<Arc<str>>, ConsumerError> {
+        match self.lookup(key) {
+            Lookup::Hit(value) => Ok(Some(value)),
+            // Boxed: keeps this future small, so a hit does not build (or move) the whole state
+            // of a fill; the allocation is paid by misses only, next to a Redis round trip.
+            Lookup::Fill { cache } => self.fill_single_flight(key, cache).boxed().await,
+        }
+    }
+
+    /// The synchronous part of `get`: count the read, serve a local hit (starting a
+    /// refresh-ahead if due), or say whether the fill may cache.
+    #[inline]
+    fn lookup(&self, key: &str) -> Lookup {
+        let inner = &*self.inner;
+        let shared = &inner.shared;
+        if let Some(hot) = &shared.hot {
+            hot.record(key);
+        }
+        if !shared.is_serving_local() {
+            shared.counters.bypass_read();
+            return Lookup::Fill { cache: false };
+        }
+        let lookup = match &inner.mode {
+            CacheMode::Prefixes(prefixes) => prefixes.iter().any(|p| key.starts_with(p.as_str())),
+            CacheMode::All | CacheMode::HotOnly => true,
+        };
+        if lookup {
+            // The generation is read before the local cache (see `front`): an entry read after
+            // this point and removed later carries the older generation.
+            let gen = shared.front_gen();
+            let now = Instant::now();
+            let found = if inner.thread_front {
+                match front::get(shared.id, gen, key, now) {
+                    Some(e) => Some(e),
+                    None => shared.local.get(key).inspect(|e| front::put(shared.id, gen, key, e)),
+                }
+            } else {
+                shared.local.get(key)
+            };
+            if let Some(e) = found {
+                shared.counters.hit();
+                if let Some(mark) = &e.refresh {
+                    if mark.claim(now) {
+                        self.start_refresh(key);
+                    }
+                }
+                return Lookup::Hit(e.value);
+            }
+        }
+        let cache = match &inner.mode {
+            CacheMode::All => true,
+            CacheMode::Prefixes(_) => lookup,
+            CacheMode::HotOnly => shared.hot.as_ref().is_some_and(|h| h.is_hot(key)),
+        };
+        if cache {
+            shared.counters.miss();
+        } else {
+            shared.counters.uncached_read();
+        }
+        Lookup::Fill { cache }
+    }
+
+    /// [`Consumer::get`], then deserialize the payload with serde_json. A payload that does not
+    /// fit `T` is [`ConsumerError::Decode`] naming the key. (The text is cached, not the `T`:
+    /// every call deserializes; see [`Consumer::get_with`] to cache nothing extra but choose
+    /// the decoding.)
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Item { id: u64, name: String, price_cents: i64 }
+    /// let item: Option<Item> = consumer.get_json("item:detail:6666").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, ConsumerError> {
+        self.get_with(key, |text| serde_json::from_str(text)).await
+    }
+
+    /// [`Consumer::get`], then decode the payload text with `decode` (any format, any error
+    /// type). An error is [`ConsumerError::Decode`] naming the key, with the error's text.
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// let len: Option<usize> = consumer.get_with("item:detail:6666", |t| Ok::<_, std::convert::Infallible>(t.len())).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_with<T, E: std::fmt::Display>(
+        &self,
+        key: &str,
+        decode: impl FnOnce(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, ConsumerError> {
+        match self.get_shared(key).await? {
+            None => Ok(None),
+            Some(text) => {
+                decode(&text).map(Some).map_err(|e| ConsumerError::Decode { key: key.to_string(), what: "payload", reason: e.to_string() })
+            }
+        }
+    }
+
+    /// The replica count N used for `key`: the longest matching
+    /// [`ConsumerBuilder::replicas_for_prefix`], else [`ConsumerBuilder::replicas`].
+    pub fn replicas_for(&self, key: &str) -> u32 {
+        self.inner.prefix_replicas.iter().find(|(p, _)| key.starts_with(p.as_str())).map_or(self.inner.default_replicas, |(_, n)| *n)
+    }
+
+    /// The version the local cache holds `key` at, if it holds it; does not count as a hit or
+    /// miss. For tests, debugging and `inspect`-style tooling.
+    pub fn cached_version(&self, key: &str) -> Option<Version> {
+        self.inner.shared.local.get(key).map(|e| e.version)
+    }
+
+    /// Number of entries in the local cache. Applies moka's pending evictions first, so it is
+    /// exact at the time of the call (and costs a short flush: for monitoring, not per read).
+    pub fn local_entries(&self) -> u64 {
+        self.inner.shared.local.run_pending_tasks();
+        self.inner.shared.local.entry_count()
+    }
+
+    /// Estimated bytes the local cache holds: the sum of its entries' weights (key length +
+    /// payload length + [`ENTRY_OVERHEAD_BYTES`] each, at least `max_bytes / max_entries`;
+    /// see [`ConsumerBuilder::max_bytes`]). Without a byte bound every entry weighs 1 and this
+    /// equals [`Consumer::local_entries`]. Flushes pending evictions first, like it.
+    pub fn local_weighted_size(&self) -> u64 {
+        self.inner.shared.local.run_pending_tasks();
+        self.inner.shared.local.weighted_size()
+    }
+
+    /// The top K keys this instance reads, highest estimated read rate first, over the last
+    /// hot-key window (K = [`ConsumerBuilder::hot_key_top_k`]); each says whether it is at or
+    /// above the hot-key threshold. Also sets the hot-key gauges. Empty when hot-key detection
+    /// is off ([`ConsumerBuilder::hot_key_detection`]).
+    pub fn hot_keys(&self) -> Vec<HotKey> {
+        self.inner.shared.hot.as_ref().map(|h| h.publish_metrics()).unwrap_or_default()
+    }
+
+    /// `true` when `key`'s guaranteed read rate in this instance is at or above the hot-key
+    /// threshold (always `false` when detection is off).
+    pub fn is_hot(&self, key: &str) -> bool {
+        self.inner.shared.hot.as_ref().is_some_and(|h| h.is_hot(key))
+    }
+
+    /// The cache mode this consumer was built with.
+    pub fn cache_mode(&self) -> &CacheMode {
+        &self.inner.mode
+    }
+
+    /// A receiver of one [`EvictionNotice`] per invalidation event applied from now on
+    /// (whether or not it evicted). For tests, benchmarks and metrics; a receiver that falls
+    /// more than the channel capacity behind gets `RecvError::Lagged`.
+    pub fn subscribe_evictions(&self) -> broadcast::Receiver<EvictionNotice> {
+        self.inner.shared.notices.subscribe()
+    }
+
+    /// A snapshot of the counters (since `build()`).
+    pub fn stats(&self) -> Stats {
+        self.inner.shared.counters.snapshot()
+    }
+
+    /// `true` while `get` may serve from and fill into the local cache; `false` while the
+    /// fail-safe bypasses it (invalidation stream lost, listener ended, or after
+    /// [`Consumer::shutdown`]). See the crate docs, "Fail safe".
+    pub fn is_serving_local(&self) -> bool {
+        self.inner.shared.is_serving_local()
+    }
+
+    /// The listener's Kafka `group.id` (unique per instance; no group join, no commits).
+    pub fn group_id(&self) -> &str {
+        &self.inner.group_id
+    }
+
+    /// The invalidation topic this consumer listens to.
+    pub fn topic(&self) -> &str {
+        &self.inner.topic
+    }
+
+    /// Stop the listener and wait for it and librdkafka's teardown, at most the shutdown
+    /// timeout (default 5 s; teardown that takes longer is abandoned with a warning). Afterwards
+    /// `get` still works but reads Redis every time. Calling it again returns at once.
+    pub async fn shutdown(&self) {
+        let inner = &*self.inner;
+        inner.stop.store(true, SeqCst);
+        inner.shared.stop_serving_local();
+        let done = inner.done.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(done) = done {
+            if tokio::time::timeout(inner.shutdown_timeout, done).await.is_err() {
+                warn!(
+                    topic = %inner.topic,
+                    timeout_ms = inner.shutdown_timeout.as_millis() as u64,
+                    "binval-consumer listener did not stop in time (librdkafka teardown hanging?); abandoned"
+                );
+            }
+        }
+    }
+}
