@@ -178,34 +178,91 @@ const MAX_BATCH: usize = 1024;
 /// librdkafka consumer is rebuilt at the positions read so far.
 const REBUILD_AFTER_BOUNDS: u32 = 4;
 
-fn run(mut consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) -> BaseConsumer {
-    let mut known: BTreeSet<i32> = starts.keys().copied().collect();
-    // A second client only for the lag check: its watermark requests must not queue behind
-    // the main consumer's long-polling fetches on the same connection.
-    let mut checker = s.max_staleness.and_then(|_| create_consumer(s).map_err(|e| warn!(error = %e, "lag checker not started")).ok());
-    // Next offset to read per partition (for the lag check).
-    let mut next_offset = starts;
-    let mut lost = false;
-    let mut behind = false;
-    let mut last_caught_up = Instant::now();
-    let mut next_check = Instant::now() + s.max_staleness.map(|b| b / 2).unwrap_or(Duration::MAX / 4);
-    let mut next_refresh = Instant::now() + s.metadata_refresh;
-    let mut next_hot = Instant::now();
-    let mut batch: Vec<InvalidationEvent> = Vec::with_capacity(MAX_BATCH);
-    info!(topic = %s.topic, partitions = known.len(), group_id = %s.group_id, "invalidation listener started");
+/// The listener thread's body: until `stop`, take a batch of messages and apply it, react to
+/// a Kafka error, run the lag check of the fail safe, refresh the metadata and publish the
+/// hot-key gauges, each when due. Returns the librdkafka consumer, so that its (possibly
+/// hanging) teardown happens in the caller.
+fn run(consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) -> BaseConsumer {
+    let mut l = Listener::new(consumer, starts, s, shared);
+    info!(topic = %s.topic, partitions = l.known.len(), group_id = %s.group_id, "invalidation listener started");
     while !stop.load(SeqCst) {
-        // Wait up to POLL for the first message, then take whatever else is already queued
-        // (without waiting) and apply it all as one batch.
+        let (received, error) = l.poll_batch();
+        if received > 0 {
+            l.on_messages();
+        }
+        if let Some(e) = error {
+            l.on_error(&e);
+        }
+        l.check_lag_if_due();
+        l.refresh_if_due();
+        l.publish_hot_keys_if_due();
+    }
+    info!(topic = %s.topic, "invalidation listener stopping");
+    l.consumer
+}
+
+/// The state of the listener loop ([`run`]).
+///
+/// Two flags drive the fail safe, and the local cache is served only when both are clear:
+/// `lost` (librdkafka reported the stream lost; cleared by a message or a metadata answer) and
+/// `behind` (the lag check could not confirm reading up to the high watermarks within
+/// `max_staleness`; cleared only by a successful check). Either one set stops serving locally;
+/// clearing resumes it, which clears the local cache first.
+struct Listener<'a> {
+    s: &'a ListenerSettings,
+    shared: &'a Shared,
+    consumer: BaseConsumer,
+    /// A second client only for the lag check: its watermark requests must not queue behind
+    /// the main consumer's long-polling fetches on the same connection.
+    checker: Option<BaseConsumer>,
+    /// Partitions assigned so far.
+    known: BTreeSet<i32>,
+    /// Next offset to read per partition (for the lag check and gap detection).
+    next_offset: BTreeMap<i32, i64>,
+    lost: bool,
+    behind: bool,
+    last_caught_up: Instant,
+    next_check: Instant,
+    next_refresh: Instant,
+    next_hot: Instant,
+    batch: Vec<InvalidationEvent>,
+}
+
+impl<'a> Listener<'a> {
+    fn new(consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &'a ListenerSettings, shared: &'a Shared) -> Self {
+        let known: BTreeSet<i32> = starts.keys().copied().collect();
+        let checker = s.max_staleness.and_then(|_| create_consumer(s).map_err(|e| warn!(error = %e, "lag checker not started")).ok());
+        Listener {
+            s,
+            shared,
+            consumer,
+            checker,
+            known,
+            next_offset: starts,
+            lost: false,
+            behind: false,
+            last_caught_up: Instant::now(),
+            next_check: Instant::now() + s.max_staleness.map(|b| b / 2).unwrap_or(Duration::MAX / 4),
+            next_refresh: Instant::now() + s.metadata_refresh,
+            next_hot: Instant::now(),
+            batch: Vec::with_capacity(MAX_BATCH),
+        }
+    }
+
+    /// Wait up to POLL for the first message, then take whatever else is already queued
+    /// (without waiting), up to [`MAX_BATCH`], parsing each into the batch. Returns the number
+    /// of messages received and the error that ended the batch, if one did.
+    fn poll_batch(&mut self) -> (usize, Option<KafkaError>) {
+        let (s, shared) = (self.s, self.shared);
         let mut wait = POLL;
         let mut received = 0usize;
-        let mut error = None;
         while received < MAX_BATCH {
-            match consumer.poll(wait) {
+            match self.consumer.poll(wait) {
                 None => break,
                 Some(Ok(msg)) => {
                     received += 1;
                     wait = Duration::ZERO;
-                    let n = next_offset.entry(msg.partition()).or_insert(msg.offset());
+                    let n = self.next_offset.entry(msg.partition()).or_insert(msg.offset());
                     if msg.offset() > *n {
                         // Offsets of this topic are contiguous (binval's producer is not
                         // transactional, the topic is not compacted): a jump means events were
@@ -220,96 +277,125 @@ fn run(mut consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSetti
                     }
                     *n = (*n).max(msg.offset() + 1);
                     if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
-                        batch.push(ev);
+                        self.batch.push(ev);
                     }
                 }
-                Some(Err(e)) => {
-                    error = Some(e);
-                    break;
-                }
+                Some(Err(e)) => return (received, Some(e)),
             }
         }
-        if received > 0 {
-            if lost && !behind {
-                lost = false;
-                if shared.resume_serving_local() {
-                    info!(topic = %s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
-                }
-            }
-            if !batch.is_empty() {
-                shared.apply_batch(&batch);
-                batch.clear();
-            }
-        }
-        if let Some(e) = error {
-            if stream_lost(&e) {
-                if !lost {
-                    warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
-                }
-                lost = true;
-                shared.stop_serving_local();
-                next_refresh = next_refresh.min(Instant::now() + LOST_REFRESH);
-            } else {
-                warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+        (received, None)
+    }
+
+    /// Messages arrived: the stream is back if it was lost (and the lag check is not failing);
+    /// apply the batch.
+    fn on_messages(&mut self) {
+        if self.lost && !self.behind {
+            self.lost = false;
+            if self.shared.resume_serving_local() {
+                info!(topic = %self.s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
             }
         }
-        if let (Some(bound), Some(check), true) = (s.max_staleness, checker.as_ref(), Instant::now() >= next_check) {
-            let started = Instant::now();
-            match caught_up(check, s, &next_offset, bound / 2) {
-                Ok(true) => {
-                    last_caught_up = started;
-                    if behind {
-                        behind = false;
-                        lost = false;
-                        if shared.resume_serving_local() {
-                            info!(topic = %s.topic, "invalidation stream caught up again; local cache cleared, serving locally again");
-                        }
+        if !self.batch.is_empty() {
+            self.shared.apply_batch(&self.batch);
+            self.batch.clear();
+        }
+    }
+
+    /// A Kafka error from `poll`: when events may be missed ([`stream_lost`]), stop serving
+    /// locally and look at the metadata soon (to notice the stream is back); else log it.
+    fn on_error(&mut self, e: &KafkaError) {
+        let s = self.s;
+        if stream_lost(e) {
+            if !self.lost {
+                warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
+            }
+            self.lost = true;
+            self.shared.stop_serving_local();
+            self.next_refresh = self.next_refresh.min(Instant::now() + LOST_REFRESH);
+        } else {
+            warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+        }
+    }
+
+    /// Every half `max_staleness`: confirm every partition was read up to the broker's high
+    /// watermark now (resuming if the check had been failing), then enforce the bound.
+    fn check_lag_if_due(&mut self) {
+        let s = self.s;
+        let (Some(bound), Some(check), true) = (s.max_staleness, self.checker.as_ref(), Instant::now() >= self.next_check) else {
+            return;
+        };
+        let started = Instant::now();
+        match caught_up(check, s, &self.next_offset, bound / 2) {
+            Ok(true) => {
+                self.last_caught_up = started;
+                if self.behind {
+                    self.behind = false;
+                    self.lost = false;
+                    if self.shared.resume_serving_local() {
+                        info!(topic = %s.topic, "invalidation stream caught up again; local cache cleared, serving locally again");
                     }
                 }
-                Ok(false) => debug!(topic = %s.topic, "listener behind the high watermark"),
-                Err(e) => debug!(topic = %s.topic, error = %e, "lag check failed"),
             }
-            if !behind && last_caught_up.elapsed() > bound {
-                warn!(topic = %s.topic, bound_ms = bound.as_millis() as u64, "invalidation stream not confirmed caught up within the bound; bypassing the local cache until it is");
-                behind = true;
-                shared.stop_serving_local();
-            }
-            if behind && last_caught_up.elapsed() > bound * REBUILD_AFTER_BOUNDS {
-                match rebuild(s, &next_offset) {
-                    Ok(c) => {
-                        info!(topic = %s.topic, "invalidation consumer rebuilt (connections presumed wedged); reading on from the last positions");
-                        consumer = c;
-                        checker = create_consumer(s).ok();
-                    }
-                    Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
-                }
-                last_caught_up = Instant::now() - bound - Duration::from_millis(1);
-            }
-            next_check = Instant::now() + bound / 2;
+            Ok(false) => debug!(topic = %s.topic, "listener behind the high watermark"),
+            Err(e) => debug!(topic = %s.topic, error = %e, "lag check failed"),
         }
-        if Instant::now() >= next_refresh {
-            match refresh(&consumer, s, &mut known) {
-                Ok(()) => {
-                    if lost && !behind {
-                        lost = false;
-                        if shared.resume_serving_local() {
-                            info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
-                        }
+        self.enforce_lag_bound(bound);
+        self.next_check = Instant::now() + bound / 2;
+    }
+
+    /// Not confirmed caught up for longer than `bound`: stop serving locally (invariant I5).
+    /// For [`REBUILD_AFTER_BOUNDS`] bounds: rebuild the librdkafka consumer (and the checker)
+    /// at the positions read so far.
+    fn enforce_lag_bound(&mut self, bound: Duration) {
+        let s = self.s;
+        if !self.behind && self.last_caught_up.elapsed() > bound {
+            warn!(topic = %s.topic, bound_ms = bound.as_millis() as u64, "invalidation stream not confirmed caught up within the bound; bypassing the local cache until it is");
+            self.behind = true;
+            self.shared.stop_serving_local();
+        }
+        if self.behind && self.last_caught_up.elapsed() > bound * REBUILD_AFTER_BOUNDS {
+            match rebuild(s, &self.next_offset) {
+                Ok(c) => {
+                    info!(topic = %s.topic, "invalidation consumer rebuilt (connections presumed wedged); reading on from the last positions");
+                    self.consumer = c;
+                    self.checker = create_consumer(s).ok();
+                }
+                Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
+            }
+            self.last_caught_up = Instant::now() - bound - Duration::from_millis(1);
+        }
+    }
+
+    /// Every `metadata_refresh` (every [`LOST_REFRESH`] while the stream is lost): re-read the
+    /// metadata, assign new partitions; an answer while lost means the stream is back.
+    fn refresh_if_due(&mut self) {
+        let s = self.s;
+        if Instant::now() < self.next_refresh {
+            return;
+        }
+        match refresh(&self.consumer, s, &mut self.known) {
+            Ok(()) => {
+                if self.lost && !self.behind {
+                    self.lost = false;
+                    if self.shared.resume_serving_local() {
+                        info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
                     }
                 }
-                Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
             }
-            next_refresh = Instant::now() + if lost { LOST_REFRESH } else { s.metadata_refresh };
+            Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
         }
-        if let Some(hot) = &shared.hot {
-            if Instant::now() >= next_hot {
+        self.next_refresh = Instant::now() + if self.lost { LOST_REFRESH } else { s.metadata_refresh };
+    }
+
+    /// Once per hot-key window: set the hot-key gauges.
+    fn publish_hot_keys_if_due(&mut self) {
+        if let Some(hot) = &self.shared.hot {
+            if Instant::now() >= self.next_hot {
                 hot.publish_metrics();
-                next_hot = Instant::now() + hot.window();
+                self.next_hot = Instant::now() + hot.window();
             }
         }
     }
-    info!(topic = %s.topic, "invalidation listener stopping");
-    consumer
 }
 
 /// A new consumer assigned at `next` (the next offset to read per partition).
