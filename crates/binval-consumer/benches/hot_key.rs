@@ -164,10 +164,16 @@ async fn write_change(conn: &mut ClusterConnection, key: &str, payload: &str, ve
     let _: i64 = vs.key(version_key(key)).arg(version).invoke_async(conn).await.expect("version bump");
 }
 
+/// The bench's parameters, from the environment.
+#[derive(Clone, Copy)]
+struct Params {
+    secs: u64,
+    tasks: u64,
+    update_ms: u64,
+}
+
 fn main() {
-    let secs = env_u64("BENCH_SECS", 3);
-    let tasks = env_u64("BENCH_TASKS", 32);
-    let update_ms = env_u64("BENCH_UPDATE_MS", 100);
+    let params = Params { secs: env_u64("BENCH_SECS", 3), tasks: env_u64("BENCH_TASKS", 32), update_ms: env_u64("BENCH_UPDATE_MS", 100) };
     let cluster = binval_testkit::redis_cluster();
     let urls = cluster.urls();
     let broker = binval_testkit::broker();
@@ -186,128 +192,182 @@ fn main() {
         let base = binval_testkit::unique_name("item:detail");
         let key = format!("{base}:6666");
         let plain = format!("plain:{base}:6666");
-        let payload = r#"{"id":6666,"name":"desk lamp","price_cents":1999,"stock":42}"#;
-        let _: () = redis::cmd("SET").arg(&plain).arg(payload).query_async(&mut conn).await.expect("SET plain");
-        let mut version = 1u64 << 32;
-        write_change(&mut conn, &key, payload, version).await;
-        let slots: Vec<u16> = (0..REPLICAS).map(|i| binval_protocol::hash_slot(replica_key(&key, i).as_bytes())).collect();
-        println!(
-            "key {key}: replica slots {slots:?}; plain key slot {}; version token slot {}",
-            binval_protocol::hash_slot(plain.as_bytes()),
-            binval_protocol::hash_slot(version_key(&key).as_bytes())
-        );
-        println!("{tasks} reader tasks on 2 tokio worker threads, {secs} s per scenario\n");
-        let mut rows = Vec::new();
+        let version = seed(&mut conn, &key, &plain).await;
+        println!("{} reader tasks on 2 tokio worker threads, {} s per scenario\n", params.tasks, params.secs);
 
-        // (a) one plain key.
-        let (c, p) = (conn.clone(), plain.clone());
-        let (row, _) = measure("(a) plain key, GET", &mut masters, tasks, secs, move || {
-            let (mut c, p) = (c.clone(), p.clone());
-            async move {
-                let _: Option<Vec<u8>> = redis::cmd("GET").arg(&p).query_async(&mut c).await.expect("GET");
-            }
-        })
-        .await;
-        rows.push(row);
+        let setup = Setup { conn, urls, bootstrap: broker.bootstrap(), topic, key, plain, version };
+        let rows = vec![
+            plain_key(&setup, &mut masters, params).await,
+            replicas_without_cache(&setup, &mut masters, params).await,
+            replicas_with_consumer(&setup, &mut masters, params).await,
+        ];
+        print_rows(&rows);
+    });
+}
 
-        // (b) 8 replicas, random replica per read, no local cache.
-        let (c, k) = (conn.clone(), key.clone());
-        let (row, _) = measure("(b) 8 replicas, HMGET random replica", &mut masters, tasks, secs, move || {
-            let (mut c, k) = (c.clone(), k.clone());
-            async move {
-                let i = rand::random_range(0..REPLICAS);
-                let _: (Option<Vec<u8>>, Option<Vec<u8>>) =
-                    redis::cmd("HMGET").arg(replica_key(&k, i)).arg("d").arg("t").query_async(&mut c).await.expect("HMGET");
-            }
-        })
-        .await;
-        rows.push(row);
+/// What every scenario reads from: the cluster, the broker's topic and the two keys.
+struct Setup {
+    conn: ClusterConnection,
+    urls: Vec<String>,
+    bootstrap: String,
+    topic: String,
+    /// The logical key, as `REPLICAS` suffix replicas and a version token.
+    key: String,
+    /// The same payload as one plain string key.
+    plain: String,
+    /// The version of `key`'s first change.
+    version: u64,
+}
 
-        // (c) replicas + local cache through the Consumer, with a writer invalidating it.
-        let consumer = Consumer::builder()
-            .redis_cluster(urls.clone())
-            .brokers(broker.bootstrap())
-            .topic(&topic)
-            .kafka_property("fetch.wait.max.ms", "5")
-            .replicas(REPLICAS)
-            .ttl(Duration::from_secs(1))
-            .ttl_jitter(0.1)
-            .build()
-            .await
-            .expect("build consumer");
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .set("linger.ms", "0")
-            .create()
-            .expect("producer");
+/// Write the plain key and the first change of `key` (all replicas, version token); print
+/// which slots they live in. Returns the version written.
+async fn seed(conn: &mut ClusterConnection, key: &str, plain: &str) -> u64 {
+    let payload = r#"{"id":6666,"name":"desk lamp","price_cents":1999,"stock":42}"#;
+    let _: () = redis::cmd("SET").arg(plain).arg(payload).query_async(conn).await.expect("SET plain");
+    let version = 1u64 << 32;
+    write_change(conn, key, payload, version).await;
+    let slots: Vec<u16> = (0..REPLICAS).map(|i| binval_protocol::hash_slot(replica_key(key, i).as_bytes())).collect();
+    println!(
+        "key {key}: replica slots {slots:?}; plain key slot {}; version token slot {}",
+        binval_protocol::hash_slot(plain.as_bytes()),
+        binval_protocol::hash_slot(version_key(key).as_bytes())
+    );
+    version
+}
+
+/// (a) one plain key.
+async fn plain_key(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
+    let (c, p_key) = (setup.conn.clone(), setup.plain.clone());
+    let (row, _) = measure("(a) plain key, GET", masters, p.tasks, p.secs, move || {
+        let (mut c, p) = (c.clone(), p_key.clone());
+        async move {
+            let _: Option<Vec<u8>> = redis::cmd("GET").arg(&p).query_async(&mut c).await.expect("GET");
+        }
+    })
+    .await;
+    row
+}
+
+/// (b) 8 replicas, random replica per read, no local cache.
+async fn replicas_without_cache(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
+    let (c, k) = (setup.conn.clone(), setup.key.clone());
+    let (row, _) = measure("(b) 8 replicas, HMGET random replica", masters, p.tasks, p.secs, move || {
+        let (mut c, k) = (c.clone(), k.clone());
+        async move {
+            let i = rand::random_range(0..REPLICAS);
+            let _: (Option<Vec<u8>>, Option<Vec<u8>>) =
+                redis::cmd("HMGET").arg(replica_key(&k, i)).arg("d").arg("t").query_async(&mut c).await.expect("HMGET");
+        }
+    })
+    .await;
+    row
+}
+
+/// (c) replicas + local cache through the Consumer, with a writer invalidating it.
+async fn replicas_with_consumer(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
+    let consumer = Consumer::builder()
+        .redis_cluster(setup.urls.clone())
+        .brokers(setup.bootstrap.as_str())
+        .topic(&setup.topic)
+        .kafka_property("fetch.wait.max.ms", "5")
+        .replicas(REPLICAS)
+        .ttl(Duration::from_secs(1))
+        .ttl_jitter(0.1)
+        .build()
+        .await
+        .expect("build consumer");
+    let writer = Writer::start(setup, p.update_ms);
+    let before = consumer.stats();
+    let (cc, k) = (consumer.clone(), setup.key.clone());
+    let (mut row, _) = measure("(c) 8 replicas + local cache (Consumer)", masters, p.tasks, p.secs, move || {
+        let (cc, k) = (cc.clone(), k.clone());
+        async move {
+            let v = cc.get_shared(&k).await.expect("get");
+            assert!(v.is_some());
+        }
+    })
+    .await;
+    let n_updates = writer.stop().await;
+    let s = consumer.stats();
+    let fills = s.fills - before.fills;
+    // A fill is GET K:ver + HMGET of one replica (all replicas exist here).
+    row.to_redis = 2 * fills;
+    row.note = format!(
+        "hits {}, misses {}, fills {fills}, coalesced {}, events {}; writer: {n_updates} changes (each adds {} GET/HMGET inside its scripts to the per-master counts)",
+        s.hits - before.hits,
+        s.misses - before.misses,
+        s.coalesced - before.coalesced,
+        s.events - before.events,
+        REPLICAS + 1,
+    );
+    consumer.shutdown().await;
+    row
+}
+
+/// A task that changes the key every `update_ms` in binval's order — all replicas, the version
+/// token, then an invalidation event — until stopped.
+struct Writer {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    updates: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writer {
+    fn start(setup: &Setup, update_ms: u64) -> Writer {
+        let producer: FutureProducer =
+            ClientConfig::new().set("bootstrap.servers", &setup.bootstrap).set("linger.ms", "0").create().expect("producer");
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let updates = Arc::new(AtomicU64::new(0));
-        let writer = {
-            let (mut conn, key, stop, updates, topic) = (conn.clone(), key.clone(), stop.clone(), updates.clone(), topic.clone());
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(update_ms));
-                while !stop.load(Relaxed) {
-                    tick.tick().await;
-                    version += 1;
-                    let body = format!(r#"{{"id":6666,"name":"desk lamp","price_cents":1999,"stock":{}}}"#, version % 100);
-                    write_change(&mut conn, &key, &body, version).await;
-                    let ev = event(&key, version).to_json();
-                    producer
-                        .send(FutureRecord::to(&topic).key(key.as_str()).payload(&ev), Duration::from_secs(5))
-                        .await
-                        .map_err(|(e, _)| e)
-                        .expect("publish");
-                    updates.fetch_add(1, Relaxed);
-                }
-            })
-        };
-        let before = consumer.stats();
-        let (cc, k) = (consumer.clone(), key.clone());
-        let (mut row, _) = measure("(c) 8 replicas + local cache (Consumer)", &mut masters, tasks, secs, move || {
-            let (cc, k) = (cc.clone(), k.clone());
-            async move {
-                let v = cc.get_shared(&k).await.expect("get");
-                assert!(v.is_some());
+        let (mut conn, key, stop2, updates2, topic) =
+            (setup.conn.clone(), setup.key.clone(), stop.clone(), updates.clone(), setup.topic.clone());
+        let mut version = setup.version;
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(update_ms));
+            while !stop2.load(Relaxed) {
+                tick.tick().await;
+                version += 1;
+                let body = format!(r#"{{"id":6666,"name":"desk lamp","price_cents":1999,"stock":{}}}"#, version % 100);
+                write_change(&mut conn, &key, &body, version).await;
+                let ev = event(&key, version).to_json();
+                producer
+                    .send(FutureRecord::to(&topic).key(key.as_str()).payload(&ev), Duration::from_secs(5))
+                    .await
+                    .map_err(|(e, _)| e)
+                    .expect("publish");
+                updates2.fetch_add(1, Relaxed);
             }
-        })
-        .await;
-        stop.store(true, Relaxed);
-        writer.await.expect("writer");
-        let s = consumer.stats();
-        let fills = s.fills - before.fills;
-        // A fill is GET K:ver + HMGET of one replica (all replicas exist here).
-        row.to_redis = 2 * fills;
-        let n_updates = updates.load(Relaxed);
-        row.note = format!(
-            "hits {}, misses {}, fills {fills}, coalesced {}, events {}; writer: {n_updates} changes (each adds {} GET/HMGET inside its scripts to the per-master counts)",
-            s.hits - before.hits,
-            s.misses - before.misses,
-            s.coalesced - before.coalesced,
-            s.events - before.events,
-            REPLICAS + 1,
-        );
-        rows.push(row);
-        consumer.shutdown().await;
+        });
+        Writer { stop, updates, task }
+    }
 
-        println!("| scenario | reads served | reads/s | reads that reached Redis | GET+HMGET per master (m1 / m2 / m3) | master CPU % of one core (m1 / m2 / m3) |");
-        println!("|---|---:|---:|---:|---|---|");
-        for r in &rows {
-            let ops: Vec<String> = r.per_master.iter().map(|(o, _)| o.to_string()).collect();
-            let cpu: Vec<String> = r.per_master.iter().map(|(_, c)| format!("{:.0}", 100.0 * c / r.secs)).collect();
-            println!(
-                "| {} | {} | {:.0} | {} | {} | {} |",
-                r.name,
-                r.served,
-                r.served as f64 / r.secs,
-                r.to_redis,
-                ops.join(" / "),
-                cpu.join(" / ")
-            );
+    /// Stop the writer, wait for it; the number of changes it made.
+    async fn stop(self) -> u64 {
+        self.stop.store(true, Relaxed);
+        self.task.await.expect("writer");
+        self.updates.load(Relaxed)
+    }
+}
+
+/// The results as a markdown table, then each scenario's note.
+fn print_rows(rows: &[Row]) {
+    println!("| scenario | reads served | reads/s | reads that reached Redis | GET+HMGET per master (m1 / m2 / m3) | master CPU % of one core (m1 / m2 / m3) |");
+    println!("|---|---:|---:|---:|---|---|");
+    for r in rows {
+        let ops: Vec<String> = r.per_master.iter().map(|(o, _)| o.to_string()).collect();
+        let cpu: Vec<String> = r.per_master.iter().map(|(_, c)| format!("{:.0}", 100.0 * c / r.secs)).collect();
+        println!(
+            "| {} | {} | {:.0} | {} | {} | {} |",
+            r.name,
+            r.served,
+            r.served as f64 / r.secs,
+            r.to_redis,
+            ops.join(" / "),
+            cpu.join(" / ")
+        );
+    }
+    for r in rows {
+        if !r.note.is_empty() {
+            println!("\n{}: {}", r.name, r.note);
         }
-        for r in &rows {
-            if !r.note.is_empty() {
-                println!("\n{}: {}", r.name, r.note);
-            }
-        }
-    });
+    }
 }
