@@ -250,8 +250,8 @@ impl Consumer {
     }
 
     /// Estimated bytes the local cache holds: the sum of its entries' weights (key length +
-    /// payload length + [`ENTRY_OVERHEAD_BYTES`] each, at least `max_bytes / max_entries`;
-    /// see [`ConsumerBuilder::max_bytes`]). Without a byte bound every entry weighs 1 and this
+    /// payload length + [`ENTRY_OVERHEAD_BYTES`](crate::ENTRY_OVERHEAD_BYTES) each, at least
+    /// `max_bytes / max_entries`; see [`ConsumerBuilder::max_bytes`]). Without a byte bound every entry weighs 1 and this
     /// equals [`Consumer::local_entries`]. Flushes pending evictions first, like it.
     pub fn local_weighted_size(&self) -> u64 {
         self.inner.shared.local.run_pending_tasks();
