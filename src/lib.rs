@@ -53,6 +53,7 @@ pub mod ha;
 pub mod mapping;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod start_point;
 pub mod telemetry;
 pub mod write;
 
