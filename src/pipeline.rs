@@ -253,7 +253,7 @@ async fn prepare(
 }
 
 /// The `schema.table` names of the mappings.
-pub(crate) fn mapped_tables(cfg: &Config) -> Vec<String> {
+fn mapped_tables(cfg: &Config) -> Vec<String> {
     cfg.mappings.iter().map(|m| m.table.clone()).collect()
 }
 

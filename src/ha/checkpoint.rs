@@ -243,6 +243,16 @@ mod tests {
         assert_eq!(g.render().as_deref(), Some("0-1-6,1-2-3"));
     }
 
+    #[test]
+    fn gtid_state_keeps_the_last_mysql_gtid_and_reads_what_it_saved() {
+        let mut g = GtidState::default();
+        assert_eq!(g.render(), None);
+        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:22");
+        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:23");
+        assert_eq!(g.render().as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"));
+        assert_eq!(GtidState::from_saved("1-2-3,0-1-6").render().as_deref(), Some("0-1-6,1-2-3"));
+    }
+
     #[tokio::test]
     async fn file_round_trip() {
         let dir = std::env::temp_dir().join(format!("binval-cp-{}", std::process::id()));
