@@ -18,7 +18,10 @@
 //!
 //! Changes of different keys within one transaction are applied concurrently; changes of the
 //! same key strictly in order. Errors are classified transient (connection, timeout, cluster
-//! re-sharding) or definite (e.g. `WRONGTYPE`).
+//! re-sharding) or definite (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`].
+//!
+//! The connection itself ([`RedisConn`]: connect, commands, scripts, SCAN over the masters) is
+//! the crate-wide client in [`crate::redis_conn`]; this module adds the fenced writes to it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,10 +39,11 @@ const KEY_CONCURRENCY: usize = 64;
 
 /// The fenced write stage, as methods of the crate-wide client.
 impl RedisConn {
-    /// Apply one key change at fence position `w.position` under fencing token `w.fencing_token`, following
-    /// "Writing one key" in `binval_protocol::fence`: skip when the version token is already
-    /// newer, else every replica through the replica script, then the version token. Re-applying a change is a no-op; an older change never
-    /// overwrites a newer one.
+    /// Apply one key change at fence position `w.position` under fencing token
+    /// `w.fencing_token`, following "Writing one key" in `binval_protocol::fence`: skip when
+    /// the version token is already newer, else every replica through the replica script, then
+    /// the version token. Re-applying a change is a no-op; an older change never overwrites a
+    /// newer one.
     ///
     /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
     /// token; transient/definite Redis errors per [`classify_redis`].
