@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use binval_protocol::KeyTemplate;
 use serde::Deserialize;
 
+pub use crate::start_point::{StartForms, StartPoint, StartPosition};
+
 /// A configuration problem, naming the field and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -354,45 +356,6 @@ fn default_replicas() -> u32 {
     1
 }
 
-/// Parsed `source.start`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartPosition {
-    /// The primary's current binlog position (SHOW MASTER STATUS).
-    Current,
-    /// A binlog position.
-    FilePos { file: String, pos: u64 },
-    /// A MariaDB GTID position (`domain-server-seq[,..]`).
-    Gtid(String),
-}
-
-impl StartPosition {
-    /// Parse `current`, `FILE:POS` or `gtid:SET`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        if s.eq_ignore_ascii_case("current") {
-            return Ok(StartPosition::Current);
-        }
-        if let Some(g) = s.strip_prefix("gtid:") {
-            let ok = !g.is_empty()
-                && g.split(',').all(|one| {
-                    let p: Vec<&str> = one.trim().split('-').collect();
-                    p.len() == 3 && p.iter().all(|x| x.parse::<u64>().is_ok())
-                });
-            if !ok {
-                return Err(format!("`{s}` is not a MariaDB GTID position like gtid:0-1-100[,1-2-7]"));
-            }
-            return Ok(StartPosition::Gtid(g.trim().to_string()));
-        }
-        match s.rsplit_once(':') {
-            Some((f, p)) if !f.is_empty() => match p.parse::<u64>() {
-                Ok(pos) if pos >= 4 => Ok(StartPosition::FilePos { file: f.to_string(), pos }),
-                _ => Err(format!("`{s}`: position must be a number >= 4")),
-            },
-            _ => Err(format!("`{s}` is neither `current`, `FILE:POS` nor `gtid:SET`")),
-        }
-    }
-}
-
 impl Config {
     /// Load `path` (TOML or YAML by extension) with `BINVAL__*` environment overrides, then
     /// validate. Errors name the file and the field.
@@ -439,7 +402,7 @@ impl Config {
         if self.source.heartbeat_ms == 0 || self.source.heartbeat_ms > 4_294_967 {
             return Err(bad("source.heartbeat_ms".into(), "must be 1..=4294967 ms".into()));
         }
-        StartPosition::parse(&self.source.start).map_err(|r| bad("source.start".into(), r))?;
+        StartPoint::parse(&self.source.start, StartForms::SOURCE_START).map_err(|r| bad("source.start".into(), r))?;
         if self.source.name.is_empty() || !self.source.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad("source.name".into(), "must be non-empty and use only [A-Za-z0-9._-]".into()));
         }
@@ -588,15 +551,6 @@ replicas = 8
         assert!(e.contains("server_id"), "{e}");
         let e = Config::from_toml(&OK.replace("mode = \"standalone\"", "mode = \"sentinel\"")).unwrap_err().to_string();
         assert!(e.contains("mode") || e.contains("sentinel"), "{e}");
-    }
-
-    #[test]
-    fn start_positions() {
-        assert_eq!(StartPosition::parse("current").unwrap(), StartPosition::Current);
-        assert_eq!(StartPosition::parse("mysql-bin.000003:4").unwrap(), StartPosition::FilePos { file: "mysql-bin.000003".into(), pos: 4 });
-        assert_eq!(StartPosition::parse("gtid:0-1-100").unwrap(), StartPosition::Gtid("0-1-100".into()));
-        assert!(StartPosition::parse("gtid:x").is_err());
-        assert!(StartPosition::parse("f:2").is_err());
     }
 
     #[test]

@@ -6,6 +6,15 @@
 //!   position is acknowledged.
 //! * [`Error::Transient`]: the network or a service is briefly unavailable. The stage retries
 //!   with exponential backoff and resumes from the last acknowledged position; nothing is lost.
+//!
+//! The classifiers of the three outside services live here together, so one table says what
+//! binval retries: [`classify_mysql`] (server error codes), [`classify_redis`] (error kinds and
+//! server error prefixes) and [`classify_kafka`] (librdkafka / Kafka protocol error codes, see
+//! [`kafka_is_definite`]). Everything a classifier does not know is transient: an unknown
+//! failure is retried (and logged) rather than stopping a pipeline that may recover.
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use redis::RedisError;
 
 use crate::binlog::decode::DecodeError;
 use crate::config::ConfigError;
@@ -81,6 +90,13 @@ pub enum DefiniteError {
     /// The fence position (the order of writes) of a transaction cannot be derived.
     #[error("cannot order the writes of the transaction at {position}: {message}")]
     Fence { position: String, message: String },
+    /// A task of the pipeline panicked. A panic is a bug in binval, not a state of the world:
+    /// restarting would most likely hit it again at the same transaction (a restart resumes
+    /// from the checkpoint), looping forever while hiding it. So binval stops and names the
+    /// task and the panic message, for a bug report; nothing after the checkpoint is
+    /// acknowledged.
+    #[error("internal error (a bug, please report it): the {task} task panicked: {message}")]
+    TaskPanicked { task: &'static str, message: String },
     /// The checkpoint store holds something that is not a checkpoint.
     #[error("checkpoint at {location} is unreadable: {message}")]
     BadCheckpoint { location: String, message: String },
@@ -125,5 +141,144 @@ pub fn classify_mysql(e: mysql_async::Error, position: &str) -> Error {
             _ => TransientError::Source(e.to_string()).into(),
         },
         _ => TransientError::Source(e.to_string()).into(),
+    }
+}
+
+/// Classify a Redis error of a command on `key` (a key or a SCAN pattern).
+///
+/// Transient: I/O, timeouts, dropped or refused connections, cluster moves/down/try-again,
+/// LOADING, BUSY, MASTERDOWN, READONLY, OOM, NOSCRIPT. Definite ([`DefiniteError::RedisRefused`]):
+/// everything the server refuses for the data itself (WRONGTYPE, ...).
+pub fn classify_redis(e: RedisError, key: &str) -> Error {
+    let retry = e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+        || matches!(e.kind(), redis::ErrorKind::Server(_)) && {
+            let s = e.to_string();
+            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "NOSCRIPT"].iter().any(|c| s.contains(c))
+        };
+    if retry {
+        TransientError::Redis(format!("key {key}: {e}")).into()
+    } else {
+        DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
+    }
+}
+
+/// Whether a Kafka error code means retrying cannot help (librdkafka's
+/// `rd_kafka_resp_err_t`: Kafka protocol errors >= 0, librdkafka's own errors < 0).
+///
+/// | code | definite because |
+/// |---|---|
+/// | `MSG_SIZE_TOO_LARGE` (10) | the event is larger than the producer's or the broker's `message.max.bytes`: it never fits |
+/// | `TOPIC_AUTHORIZATION_FAILED` (29), `GROUP_AUTHORIZATION_FAILED` (30), `CLUSTER_AUTHORIZATION_FAILED` (31) | the broker's ACLs refuse binval's principal until an operator changes them |
+/// | `SASL_AUTHENTICATION_FAILED` (58), `_AUTHENTICATION` (-169) | wrong credentials in `kafka.properties` |
+/// | `UNKNOWN_TOPIC_OR_PART` (3), `_UNKNOWN_TOPIC` (-188), `_UNKNOWN_PARTITION` (-190), only when `kafka.create_topic` is false | nobody creates the topic; with `create_topic` true it is being created (metadata propagation): transient |
+/// | `INVALID_CONFIG` (40), `_INVALID_ARG` (-186) | a setting binval passes (`kafka.properties`) is refused |
+///
+/// Everything else (broker down, leader moves, timeouts, a full queue, throttling, ...) is
+/// transient.
+pub fn kafka_is_definite(code: RDKafkaErrorCode, create_topic: bool) -> bool {
+    use RDKafkaErrorCode::*;
+    match code {
+        MessageSizeTooLarge
+        | TopicAuthorizationFailed
+        | GroupAuthorizationFailed
+        | ClusterAuthorizationFailed
+        | SaslAuthenticationFailed
+        | Authentication
+        | InvalidConfig
+        | InvalidArgument => true,
+        UnknownTopicOrPartition | UnknownTopic | UnknownPartition => !create_topic,
+        _ => false,
+    }
+}
+
+/// Classify a Kafka error met while publishing the event of `key` to `topic` (enqueueing it
+/// or awaiting its delivery): definite per [`kafka_is_definite`] as
+/// [`DefiniteError::KafkaRefused`] naming key and topic, else [`TransientError::Kafka`] with
+/// `context` (what was being done) and the error. A client configuration error
+/// (`KafkaError::ClientConfig`, a bad `kafka.properties` entry) is definite too.
+pub fn classify_kafka(e: &KafkaError, key: &str, topic: &str, create_topic: bool, context: &str) -> Error {
+    let definite = match e {
+        KafkaError::ClientConfig(..) => true,
+        e => e.rdkafka_error_code().is_some_and(|c| kafka_is_definite(c, create_topic)),
+    };
+    if definite {
+        DefiniteError::KafkaRefused { key: key.into(), topic: topic.into(), message: e.to_string() }.into()
+    } else {
+        TransientError::Kafka(format!("{context}: {e}")).into()
+    }
+}
+
+/// The outcome of a pipeline task that did not return by itself: a panic becomes
+/// [`DefiniteError::TaskPanicked`] (a bug, see there); a cancelled task (the runtime shutting
+/// down) is transient.
+pub fn task_failed(task: &'static str, e: tokio::task::JoinError) -> Error {
+    if e.is_panic() {
+        let p = e.into_panic();
+        let message = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        DefiniteError::TaskPanicked { task, message }.into()
+    } else {
+        TransientError::Source(format!("the {task} task was cancelled: {e}")).into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_codes_definite_or_transient() {
+        use RDKafkaErrorCode::*;
+        for c in [
+            MessageSizeTooLarge,
+            TopicAuthorizationFailed,
+            GroupAuthorizationFailed,
+            ClusterAuthorizationFailed,
+            SaslAuthenticationFailed,
+            Authentication,
+            InvalidConfig,
+            InvalidArgument,
+        ] {
+            assert!(kafka_is_definite(c, true) && kafka_is_definite(c, false), "{c:?} is definite");
+        }
+        for c in [UnknownTopicOrPartition, UnknownTopic, UnknownPartition] {
+            assert!(kafka_is_definite(c, false), "{c:?} without topic creation is definite");
+            assert!(!kafka_is_definite(c, true), "{c:?} while the topic is created is transient");
+        }
+        for c in [
+            QueueFull,
+            MessageTimedOut,
+            AllBrokersDown,
+            BrokerTransportFailure,
+            NotLeaderForPartition,
+            RequestTimedOut,
+            LeaderNotAvailable,
+            NetworkException,
+            NotEnoughReplicas,
+            Fail,
+        ] {
+            assert!(!kafka_is_definite(c, false), "{c:?} is transient");
+        }
+        let e = classify_kafka(&KafkaError::MessageProduction(MessageSizeTooLarge), "item:1", "t", true, "enqueue");
+        assert!(matches!(e, Error::Definite(DefiniteError::KafkaRefused { .. })), "{e}");
+        assert!(e.to_string().contains("item:1") && e.to_string().contains("topic t"), "{e}");
+        let e =
+            classify_kafka(&KafkaError::MessageProduction(RequestTimedOut), "item:1", "t", true, "delivery of event for key item:1 failed");
+        assert!(e.is_transient() && e.to_string().contains("delivery of event for key item:1"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_panicked_task_is_a_definite_error_naming_task_and_message() {
+        let e = tokio::spawn(async { panic!("boom at 42") }).await.unwrap_err();
+        let e = task_failed("apply", e);
+        assert!(!e.is_transient());
+        assert!(e.to_string().contains("apply task panicked: boom at 42"), "{e}");
     }
 }

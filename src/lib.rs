@@ -52,6 +52,8 @@ pub mod failpoint;
 pub mod ha;
 pub mod mapping;
 pub mod pipeline;
+pub mod redis_conn;
+pub mod start_point;
 pub mod telemetry;
 pub mod write;
 

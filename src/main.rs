@@ -1,10 +1,12 @@
-//! `binval`: the service and its operator commands.
+//! `binval`: the service and its operator commands. Only the command line (clap) and the
+//! dispatch to [`binval::commands`] live here; argument validation is in the commands.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use binval::commands::replay::ReplayCli;
 use binval::config::Config;
 use binval::error::Error;
 
@@ -134,10 +136,10 @@ fn main() -> ExitCode {
             Command::Run { .. } => binval::commands::run::run(cfg).await,
             Command::Check { .. } => binval::commands::check::check(cfg).await,
             Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, renames, .. } => {
-                let renames = renames.map(|r| r == "checkpoint");
-                replay(cfg, from, to, tables, dry_run, rate, server_id, !quiet, renames).await
+                let cli = ReplayCli { from, to, tables, dry_run, rate, server_id, quiet, renames };
+                binval::commands::replay::cli(cfg, cli).await
             }
-            Command::Republish { from, to, dry_run, .. } => republish(cfg, from, to, dry_run).await,
+            Command::Republish { from, to, dry_run, .. } => binval::commands::republish::cli(&cfg, &from, to.as_deref(), dry_run).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
         }
     });
@@ -156,66 +158,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn replay(
-    cfg: Config,
-    from: String,
-    to: Option<String>,
-    tables: Vec<String>,
-    dry_run: bool,
-    rate: Option<u32>,
-    server_id: Option<u32>,
-    progress: bool,
-    renames_from_checkpoint: Option<bool>,
-) -> Result<(), Error> {
-    use binval::commands::replay::{ReplayArgs, ReplayPoint};
-    let from = ReplayPoint::parse("--from", &from).map_err(|r| Error::config("--from", r))?;
-    let to = to.map(|t| ReplayPoint::parse("--to", &t)).transpose().map_err(|r| Error::config("--to", r))?;
-    if rate == Some(0) {
-        return Err(Error::config("--rate", "must be at least 1 key change per second"));
-    }
-    if server_id == Some(cfg.source.server_id) {
-        return Err(Error::config(
-            "--server-id",
-            format!(
-                "{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them",
-                cfg.source.server_id
-            ),
-        ));
-    }
-    if let Some(to) = &to {
-        ReplayPoint::check_range(&from, to).map_err(|r| Error::config("--to", r))?;
-    }
-    let args = ReplayArgs { from, to, tables, dry_run, rate, server_id, progress, renames_from_checkpoint };
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        tracing::warn!("interrupted: stopping replay after the current transaction (rerun it: replay is idempotent)");
-        let _ = tx.send(true);
-    });
-    let summary = binval::commands::replay::run(&cfg, &args, |line| println!("{line}"), rx).await?;
-    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
-    Ok(())
-}
-
-async fn republish(cfg: Config, from: String, to: Option<String>, dry_run: bool) -> Result<(), Error> {
-    use binval::commands::republish::RepublishFrom;
-    let from = RepublishFrom::parse(&from).map_err(|r| Error::config("--from", r))?;
-    let to = match to {
-        Some(t) => match RepublishFrom::parse(&t) {
-            Ok(RepublishFrom::Time(ms)) => Some(ms),
-            _ => return Err(Error::config("--to", format!("`{t}`: expected a UTC date-time"))),
-        },
-        None => None,
-    };
-    if let (RepublishFrom::Time(a), Some(b)) = (&from, to) {
-        if b < *a {
-            return Err(Error::config("--to", "the end time is before --from"));
-        }
-    }
-    let summary = binval::commands::republish::run(&cfg, &from, to, dry_run).await?;
-    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
-    Ok(())
 }

@@ -176,7 +176,7 @@ impl Mapper {
     }
 
     /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see
-    /// `source::mariadb_json_columns`); ignored for mappings that list `json_columns`.
+    /// `binlog::server::mariadb_json_columns`); ignored for mappings that list `json_columns`.
     pub fn set_detected_json(&mut self, table: &str, columns: Vec<String>) {
         if let Some(r) = self.rules.get_mut(table) {
             if r.detect_json {
@@ -193,6 +193,22 @@ impl Mapper {
     /// Mapped table names.
     pub fn tables(&self) -> impl Iterator<Item = &str> {
         self.rules.keys().map(|s| s.as_str())
+    }
+
+    /// The mapper with the JSON columns detected on a MariaDB source (`detected`: `schema.table`
+    /// -> column names, from `binlog::server::mariadb_json_columns`) set for the mappings
+    /// without `json_columns`, so their text values become JSON documents. Returns `mapper`
+    /// itself when nothing was detected (MySQL's binary JSON needs no detection).
+    pub fn with_detected_json(mappings: &[MappingConfig], mapper: Arc<Mapper>, detected: HashMap<String, Vec<String>>) -> Arc<Mapper> {
+        if detected.is_empty() {
+            return mapper;
+        }
+        let mut m = Mapper::new(mappings).expect("mappings were validated at start");
+        for (table, cols) in detected {
+            tracing::info!(table = %table, columns = ?cols, "MariaDB JSON columns: values go into the payload as JSON documents");
+            m.set_detected_json(&table, cols);
+        }
+        Arc::new(m)
     }
 
     /// Append the key changes of a transaction's rows to `out`, in commit order. Within the rows
@@ -276,6 +292,38 @@ impl Mapper {
 enum Phase {
     MovedAway,
     Rest,
+}
+
+/// Keep only the last change of each key within one transaction (all of a transaction's
+/// changes share its fence position, and only the state after the commit is ever visible to
+/// readers). The kept change has the last op, except that a key inserted and then updated in
+/// the same transaction stays an `insert`. Kept changes stay in the order of their last appearance.
+pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
+    if changes.len() < 2 {
+        return;
+    }
+    let mut last: HashMap<String, usize> = HashMap::with_capacity(changes.len());
+    for (i, c) in changes.iter().enumerate() {
+        last.insert(c.key.clone(), i);
+    }
+    if last.len() == changes.len() {
+        return;
+    }
+    let mut first_op: HashMap<String, Op> = HashMap::new();
+    for c in changes.iter() {
+        first_op.entry(c.key.clone()).or_insert(c.op);
+    }
+    let mut i = 0;
+    changes.retain(|c| {
+        let keep = last[&c.key] == i;
+        i += 1;
+        keep
+    });
+    for c in changes.iter_mut() {
+        if first_op[&c.key] == Op::Insert && c.op == Op::Update {
+            c.op = Op::Insert;
+        }
+    }
 }
 
 fn render(t: &KeyTemplate, row: &Row) -> Option<String> {
@@ -451,5 +499,24 @@ replicas = 4
             &mut out,
         );
         assert!(out.iter().all(|c| c.payload.is_none()));
+    }
+
+    fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
+        KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
+    }
+
+    #[test]
+    fn one_change_per_key_per_transaction_the_state_after_commit() {
+        let mut v = vec![
+            ch("a", Op::Insert, Some("1")),
+            ch("b", Op::Update, Some("x")),
+            ch("a", Op::Update, Some("2")),
+            ch("c", Op::Update, Some("y")),
+            ch("c", Op::Delete, None),
+            ch("a", Op::Update, Some("3")),
+        ];
+        collapse_per_key(&mut v);
+        let got: Vec<(&str, Op, Option<&str>)> = v.iter().map(|c| (c.key.as_str(), c.op, c.payload.as_deref())).collect();
+        assert_eq!(got, vec![("b", Op::Update, Some("x")), ("c", Op::Delete, None), ("a", Op::Insert, Some("3"))]);
     }
 }

@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use binval::mapping::KeyChange;
-use binval::write::redis_sink::{Applied, RedisConn, WriteCtx};
+use binval::redis_conn::RedisConn;
+use binval::write::redis_sink::{Applied, WriteCtx};
 use binval_protocol::{FencePosition, Op};
 use pipeline_env::*;
 use rand::{Rng, SeedableRng};
@@ -37,7 +38,12 @@ async fn fenced_writes(kind: RedisKind) {
         replicas: 3,
         ttl_secs: 0,
     };
-    let w = |pos: u64, token: u64| WriteCtx { position: FencePosition(pos), token, tombstone_ttl_ms: 60_000 };
+    let w = |pos: u64, token: u64| WriteCtx {
+        position: FencePosition(pos),
+        fencing_token: token,
+        source_name: "test".into(),
+        tombstone_ttl_ms: 60_000,
+    };
     let apply = |c: KeyChange, w: WriteCtx| {
         let conn = conn.clone();
         async move { conn.apply_all(std::slice::from_ref(&c), &w).await.map(|v| v[0]) }
@@ -414,7 +420,7 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_grow_even_after_the_counter_is_lost() {
-    use binval::ha::lease::{fence_key, lease_key, Lease};
+    use binval::ha::lease::{fencing_token_key, lease_key, Lease};
     let env = Env::new("tokens", RedisKind::Cluster);
     let cfg = env.config("current", "");
     let conn = RedisConn::connect(&cfg.redis).await.unwrap();
@@ -422,13 +428,17 @@ async fn fencing_tokens_grow_even_after_the_counter_is_lost() {
     let a = Lease::try_acquire(&conn, name, "a", 10_000).await.unwrap().unwrap();
     let busy = Lease::try_acquire(&conn, name, "b", 10_000).await.unwrap().unwrap_err();
     assert_eq!(busy.0, "a", "b sees a as the holder");
-    assert_eq!(Lease::try_acquire(&conn, name, "a", 10_000).await.unwrap().unwrap().token, a.token, "re-acquiring keeps the token");
+    assert_eq!(
+        Lease::try_acquire(&conn, name, "a", 10_000).await.unwrap().unwrap().fencing_token,
+        a.fencing_token,
+        "re-acquiring keeps the token"
+    );
     // Redis lost the lease and the counter (data loss): the next tenure still gets a larger token.
     let mut r = env.redis_client();
-    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(lease_key(name)).arg(fence_key(name))));
+    let _: i64 = block(|| r.cmd(redis::cmd("DEL").arg(lease_key(name)).arg(fencing_token_key(name))));
     tokio::time::sleep(Duration::from_millis(5)).await;
     let b = Lease::try_acquire(&conn, name, "b", 10_000).await.unwrap().unwrap();
-    assert!(b.token > a.token, "{} > {}", b.token, a.token);
+    assert!(b.fencing_token > a.fencing_token, "{} > {}", b.fencing_token, a.fencing_token);
     assert!(!a.renew(&conn).await.unwrap(), "a's lease is gone");
     b.release(&conn).await;
     assert!(Lease::try_acquire(&conn, name, "c", 10_000).await.unwrap().is_ok(), "released: taken at once");

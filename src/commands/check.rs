@@ -2,7 +2,7 @@
 //! settings and schema, Redis, the checkpoint `run` would resume from (or the start position it
 //! would use), and the Kafka brokers.
 
-use crate::config::Config;
+use crate::config::{Config, StartForms, StartPoint};
 use crate::error::Error;
 
 /// Check the source, the mappings against its schema, Redis, the checkpoint and Kafka, printing
@@ -18,7 +18,7 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     if !problems.is_empty() {
         return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.len())));
     }
-    let mut redis = crate::write::redis_sink::RedisConn::connect(&cfg.redis).await?;
+    let mut redis = crate::redis_conn::RedisConn::connect(&cfg.redis).await?;
     let pong: String = redis.query(&redis::cmd("PING")).await.map_err(|e| crate::error::TransientError::Redis(e.to_string()))?;
     println!("redis: {pong}");
     // Where `run` would start: the checkpoint (it must be readable), else source.start (its
@@ -27,10 +27,10 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     match store.load().await? {
         Some(cp) => println!("checkpoint: {}:{} in {} (run resumes there; source.start is ignored)", cp.file, cp.pos, store.location()),
         None => {
-            if let Ok(crate::config::StartPosition::FilePos { file, pos }) = crate::config::StartPosition::parse(&cfg.source.start) {
+            if let Ok(StartPoint::Binlog(p)) = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START) {
                 let mut conn = crate::binlog::server::connect(&cfg.source).await?;
                 let logs = crate::binlog::server::binary_logs(&mut conn).await?;
-                crate::binlog::server::require_binlog_file(&logs, &binval_protocol::BinlogPosition::new(file, pos), "source.start")?;
+                crate::binlog::server::require_binlog_file(&logs, &p, "source.start")?;
             }
             println!("checkpoint: none in {}; run starts at source.start = {}", store.location(), cfg.source.start);
         }

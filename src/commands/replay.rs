@@ -29,11 +29,10 @@
 //! replay cannot know which of them happened before `--from` and asks: `--renames checkpoint`
 //! (start with the checkpoint's names) or `--renames none` (start with the configured names).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use binval_protocol::SourcePosition;
+use binval_protocol::{BinlogPosition, MariadbGtid, SourcePosition};
 use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -41,81 +40,42 @@ use tokio::sync::{mpsc, watch};
 use crate::binlog::reader::{self, Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;
-use crate::config::Config;
-use crate::error::{DefiniteError, Error, TransientError};
-use crate::mapping::{KeyChange, Mapper};
+use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
+use crate::error::{task_failed, Error};
+use crate::mapping::{KeyChange, Mapper, TableNames};
+use crate::redis_conn::RedisConn;
+use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
-use crate::write::redis_sink::{collapse_per_key, RedisConn, WriteCtx};
 
-/// One end of a replay range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplayPoint {
-    /// A binlog position.
-    FilePos(SourcePosition),
-    /// A MariaDB GTID `domain-server-seq`.
-    Gtid { domain: u32, server: u32, seq: u64 },
-    /// A commit time, Unix ms (UTC).
-    Time(u64),
-}
-
-impl ReplayPoint {
-    /// Errors (naming `--to`) when `to` lies before `from` in the same coordinate (binlog
-    /// position, one GTID domain, or time); mixed forms are not compared.
-    pub fn check_range(from: &ReplayPoint, to: &ReplayPoint) -> Result<(), String> {
-        match (from, to) {
-            (ReplayPoint::FilePos(a), ReplayPoint::FilePos(b)) if (file_index(&b.file), b.pos) < (file_index(&a.file), a.pos) => {
-                Err(format!("{}:{} is before --from {}:{}", b.file, b.pos, a.file, a.pos))
-            }
-            (ReplayPoint::Gtid { domain: d1, seq: s1, .. }, ReplayPoint::Gtid { domain: d2, seq: s2, .. }) if d1 == d2 && s2 < s1 => {
-                Err(format!("gtid {d2}-?-{s2} is before --from (sequence {s1})"))
-            }
-            (ReplayPoint::Time(a), ReplayPoint::Time(b)) if b < a => Err("the end time is before --from".into()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Parse `FILE:POS`, `gtid:D-S-N` or `YYYY-MM-DD HH:MM:SS` (UTC; `T` and a trailing `Z`
-    /// accepted). The error names the flag and the accepted forms.
-    pub fn parse(flag: &str, s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let bad = || {
-            format!(
-                "{flag} `{s}`: expected FILE:POS (mysql-bin.000003:4), gtid:D-S-N (gtid:0-1-100) or a UTC date-time (2026-11-30 12:00:00)"
-            )
-        };
-        if let Some(g) = s.strip_prefix("gtid:") {
-            let p: Vec<&str> = g.split('-').collect();
-            return match p.as_slice() {
-                [d, sv, n] => Ok(ReplayPoint::Gtid {
-                    domain: d.parse().map_err(|_| bad())?,
-                    server: sv.parse().map_err(|_| bad())?,
-                    seq: n.parse().map_err(|_| bad())?,
-                }),
-                _ => Err(bad()),
-            };
-        }
-        if let Ok(t) = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')) {
-            let ms = t.duration_since(std::time::UNIX_EPOCH).map_err(|_| bad())?.as_millis() as u64;
-            return Ok(ReplayPoint::Time(ms));
-        }
-        match s.rsplit_once(':') {
-            Some((f, p)) if !f.is_empty() && !f.contains(' ') => match p.parse::<u64>() {
-                Ok(pos) if pos >= 4 => Ok(ReplayPoint::FilePos(SourcePosition { file: f.into(), pos, gtid: None })),
-                _ => Err(bad()),
-            },
-            _ => Err(bad()),
-        }
-    }
+/// The command line of `binval replay`, as given (validated by [`ReplayArgs::from_cli`]).
+#[derive(Debug, Clone)]
+pub struct ReplayCli {
+    /// `--from`.
+    pub from: String,
+    /// `--to`.
+    pub to: Option<String>,
+    /// `--table` (repeated).
+    pub tables: Vec<String>,
+    /// `--dry-run`.
+    pub dry_run: bool,
+    /// `--rate`.
+    pub rate: Option<u32>,
+    /// `--server-id`.
+    pub server_id: Option<u32>,
+    /// `--quiet`.
+    pub quiet: bool,
+    /// `--renames`: `checkpoint` or `none`.
+    pub renames: Option<String>,
 }
 
 /// What `binval replay` was asked to do.
 #[derive(Debug, Clone)]
 pub struct ReplayArgs {
-    /// Start of the range.
-    pub from: ReplayPoint,
+    /// Start of the range ([`StartForms::replay`]: a binlog position, one GTID or a time).
+    pub from: StartPoint,
     /// End of the range (inclusive); `None` = the primary's position when replay starts.
-    pub to: Option<ReplayPoint>,
+    pub to: Option<StartPoint>,
     /// Only these mapped tables (`schema.table`); empty = all mapped tables.
     pub tables: Vec<String>,
     /// Print what would change (one JSON line per key change) and write nothing.
@@ -131,6 +91,72 @@ pub struct ReplayArgs {
     pub renames_from_checkpoint: Option<bool>,
     /// Show a progress line on stderr (hidden when stderr is not a terminal).
     pub progress: bool,
+}
+
+impl ReplayArgs {
+    /// Validate the command line: `--from`/`--to` forms and order, `--rate` >= 1, a
+    /// `--server-id` other than `source.server_id`. Errors are configuration errors naming the
+    /// flag (exit code 2).
+    pub fn from_cli(cfg: &Config, cli: ReplayCli) -> Result<Self, Error> {
+        let from = StartPoint::parse(&cli.from, StartForms::replay("--from")).map_err(|r| Error::config("--from", r))?;
+        let to = cli.to.map(|t| StartPoint::parse(&t, StartForms::replay("--to"))).transpose().map_err(|r| Error::config("--to", r))?;
+        if cli.rate == Some(0) {
+            return Err(Error::config("--rate", "must be at least 1 key change per second"));
+        }
+        if cli.server_id == Some(cfg.source.server_id) {
+            return Err(Error::config(
+                "--server-id",
+                format!(
+                    "{} is source.server_id, which the live `binval run` uses: the server would disconnect one of them",
+                    cfg.source.server_id
+                ),
+            ));
+        }
+        if let Some(to) = &to {
+            check_range(&from, to).map_err(|r| Error::config("--to", r))?;
+        }
+        Ok(ReplayArgs {
+            from,
+            to,
+            tables: cli.tables,
+            dry_run: cli.dry_run,
+            rate: cli.rate,
+            server_id: cli.server_id,
+            progress: !cli.quiet,
+            renames_from_checkpoint: cli.renames.map(|r| r == "checkpoint"),
+        })
+    }
+}
+
+/// `binval replay` from the command line: validate, replay until done or Ctrl-C, print the
+/// dry-run lines and the summary (one JSON line each) on stdout.
+pub async fn cli(cfg: Config, cli: ReplayCli) -> Result<(), Error> {
+    let args = ReplayArgs::from_cli(&cfg, cli)?;
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::warn!("interrupted: stopping replay after the current transaction (rerun it: replay is idempotent)");
+        let _ = tx.send(true);
+    });
+    let summary = run(&cfg, &args, |line| println!("{line}"), rx).await?;
+    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
+    Ok(())
+}
+
+/// Errors (naming `--to`) when `to` lies before `from` in the same coordinate (binlog
+/// position, one GTID domain, or time); mixed forms are not compared.
+pub fn check_range(from: &StartPoint, to: &StartPoint) -> Result<(), String> {
+    match (from, to) {
+        (StartPoint::Binlog(a), StartPoint::Binlog(b)) if b.order_key() < a.order_key() => Err(format!("{b} is before --from {a}")),
+        (StartPoint::Gtid(a), StartPoint::Gtid(b)) => match (StartPoint::single_gtid(a), StartPoint::single_gtid(b)) {
+            (Some(a), Some(b)) if a.domain == b.domain && b.seq < a.seq => {
+                Err(format!("gtid {}-?-{} is before --from (sequence {})", b.domain, b.seq, a.seq))
+            }
+            _ => Ok(()),
+        },
+        (StartPoint::Time(a), StartPoint::Time(b)) if b < a => Err("the end time is before --from".into()),
+        _ => Ok(()),
+    }
 }
 
 /// Totals of a replay, printed as one JSON line at the end.
@@ -152,17 +178,14 @@ pub struct ReplaySummary {
     pub dry_run: bool,
 }
 
-/// One line of a dry run.
-#[derive(Debug, Serialize)]
-struct DryRunLine<'a> {
-    key: &'a str,
-    op: &'a str,
-    table: &'a str,
-    position: String,
-    version_now: u64,
-    version_new: u64,
-    replica_positions: Vec<Option<u64>>,
-    would_change: bool,
+/// Where the replica connection starts and where the range ends.
+struct Range {
+    resume: Resume,
+    /// Transactions committed before this (Unix ms; 0 = none) are read but skipped (a time
+    /// `--from` starts at the beginning of a binlog file).
+    not_before_ms: u64,
+    to: StartPoint,
+    source: SourceConfig,
 }
 
 /// Run a replay; dry-run lines go to `out` (stdout in the CLI). Stops early when `shutdown`
@@ -177,275 +200,223 @@ pub async fn run(
     mut out: impl FnMut(&str) + Send,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ReplaySummary, Error> {
-    let mappings: Vec<_> = if args.tables.is_empty() {
-        cfg.mappings.clone()
-    } else {
-        for t in &args.tables {
-            if !cfg.mappings.iter().any(|m| &m.table == t) {
-                let known: Vec<&str> = cfg.mappings.iter().map(|m| m.table.as_str()).collect();
-                return Err(Error::config("--table", format!("`{t}` is not a mapped table (mapped: {})", known.join(", "))));
-            }
-        }
-        cfg.mappings.iter().filter(|m| args.tables.contains(&m.table)).cloned().collect()
-    };
-    let mapper = Arc::new(Mapper::new(&mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
-
-    let mut conn = server::connect(&cfg.source).await?;
-    let info = server::preflight(&mut conn).await?;
-    let logs = server::binary_logs(&mut conn).await?;
-    let mapper = crate::pipeline::with_detected_json(&mappings, mapper, &mut conn, info.mariadb).await?;
-    drop(conn);
-    let to = args.to.clone().unwrap_or(ReplayPoint::FilePos(info.current.clone()));
-    let mut src_cfg = cfg.source.clone();
-    src_cfg.server_id = args.server_id.unwrap_or_else(|| {
-        let s = cfg.source.server_id.wrapping_add(1_000_000);
-        if s == 0 {
-            1
-        } else {
-            s
-        }
-    });
-    let (resume, not_before_ms) = match &args.from {
-        ReplayPoint::FilePos(p) => {
-            server::require_binlog_file(&logs, &p.into(), "--from")?;
-            (Resume::FilePos(p.clone()), 0)
-        }
-        ReplayPoint::Gtid { domain, server, seq } => (Resume::Gtid(format!("{domain}-{server}-{seq}")), 0),
-        ReplayPoint::Time(ms) => {
-            let file = file_for_time(&src_cfg, &logs, *ms).await?;
-            (Resume::FilePos(SourcePosition { file, pos: 4, gtid: None }), *ms)
-        }
-    };
-    let fence = FenceRule::resolve(&cfg.source, info.mariadb);
+    let mappings = selected_mappings(cfg, &args.tables)?;
+    let (mapper, range, mariadb) = open_range(cfg, args, &mappings).await?;
     let redis = RedisConn::connect(&cfg.redis).await?;
-    // Renamed mapped tables: the live run follows RENAMEs as it reads them and keeps the state
-    // in its checkpoint. Replay starts elsewhere and cannot know which renames came before
-    // --from: the operator says so.
-    let names = {
-        let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
-        let renamed = store.load().await?.map(|c| c.renamed).unwrap_or_default();
-        match (renamed.0.is_empty(), args.renames_from_checkpoint) {
-            (true, _) | (false, Some(false)) => crate::mapping::TableNames::default(),
-            (false, Some(true)) => renamed,
-            (false, None) => {
-                let list: Vec<String> = renamed.0.iter().map(|(k, v)| format!("{k} -> {}", v.as_deref().unwrap_or("(unmapped)"))).collect();
-                return Err(Error::config(
-                    "--renames",
-                    format!(
-                        "the checkpoint of source {} records renamed mapped tables ({}); say whether they happened before --from: --renames checkpoint (yes) or --renames none (no, use the configured names)",
-                        cfg.source.name,
-                        list.join(", ")
-                    ),
-                ));
-            }
-        }
-    };
-    let kafka = if args.dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
-    let fence_key = crate::ha::lease::fence_key(&cfg.source.name);
-    let mut token = current_token(&redis, &fence_key).await?;
-    let limiter = args.rate.and_then(std::num::NonZeroU32::new).map(|r| governor::RateLimiter::direct(governor::Quota::per_second(r)));
+    let names = start_names(cfg, &redis, args.renames_from_checkpoint).await?;
+    let mut writer = open_writer(cfg, args, mapper.clone(), redis, mariadb).await?;
+    let progress = progress_bar(args.progress);
+    tracing::info!(from = ?args.from, to = ?range.to, tables = ?args.tables, dry_run = args.dry_run, server_id = range.source.server_id, "replay starting");
 
-    let progress = indicatif::ProgressBar::new_spinner();
-    if !args.progress {
-        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    progress.enable_steady_tick(Duration::from_millis(200));
-    tracing::info!(from = ?args.from, to = ?to, tables = ?args.tables, dry_run = args.dry_run, server_id = src_cfg.server_id, "replay starting");
-
-    let (txn_tx, mut txn_rx) = mpsc::channel::<Transaction>(64);
+    let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(64);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(SourceStats::default());
-    let source_task = tokio::spawn(reader::run(src_cfg.clone(), mapper.clone(), names, resume, txn_tx, stop_rx, stats.clone()));
-    let mut sd = shutdown.clone();
+    let source_task = tokio::spawn(reader::run(range.source.clone(), mapper, names, range.resume.clone(), txn_tx, stop_rx, stats));
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {
-        ReplayPoint::FilePos(p) => Some(p.clone()),
+        StartPoint::Binlog(p) => Some(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }),
         _ => None,
     };
-    let mut changes: Vec<KeyChange> = Vec::new();
-    let events = AtomicU64::new(0);
-    let result: Result<(), Error> = async {
-        loop {
-            let next = tokio::select! {
-                t = txn_rx.recv() => t,
-                _ = sd.wait_for(|v| *v) => break Ok(()),
-                _ = tokio::time::sleep(Duration::from_millis(1000)) => {
-                    // Idle: done when the server has nothing beyond what was replayed.
-                    if caught_up(&cfg.source, last.as_ref(), &to).await? { break Ok(()); }
-                    continue;
-                }
-            };
-            let Some(txn) = next else { break Ok(()) };
-            if beyond(&txn, &to) {
-                break Ok(());
-            }
-            last = Some(txn.position.clone());
-            if not_before_ms > 0 && txn.commit_time_ms + 999 < not_before_ms {
-                continue;
-            }
-            summary.transactions += 1;
-            if let Some((table, missing)) = mapper.missing_key_columns(&txn.rows) {
-                return Err(DefiniteError::MappingBroken {
-                    table,
-                    position: txn.position.to_string(),
-                    message: format!(
-                        "key column(s) {} are not in the row image (renamed or dropped, or a MINIMAL/NOBLOB row image)",
-                        missing.join(", ")
-                    ),
-                }
-                .into());
-            }
-            changes.clear();
-            mapper.map_rows(&txn.rows, &mut changes);
-            collapse_per_key(&mut changes);
-            if !changes.is_empty() {
-                if let Some(l) = &limiter {
-                    let n = std::num::NonZeroU32::new(changes.len().min(u32::MAX as usize) as u32).unwrap();
-                    // A transaction larger than one second's quota passes alone.
-                    if l.until_n_ready(n).await.is_err() {
-                        l.until_ready().await;
-                    }
-                }
-                let pos = fence.position(&txn.position)?;
-                summary.key_changes += changes.len() as u64;
-                if args.dry_run {
-                    for ch in &changes {
-                        let (version_now, replica_positions) = redis.read_positions(&ch.key, ch.replicas).await?;
-                        // Same rule as the write: skipped when the token is newer.
-                        let would =
-                            version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
-                        if would {
-                            summary.changed += 1;
-                        } else {
-                            summary.unchanged += 1;
-                        }
-                        let line = DryRunLine {
-                            key: &ch.key,
-                            op: ch.op.as_str(),
-                            table: &ch.table,
-                            position: txn.position.to_string(),
-                            version_now,
-                            version_new: pos.0,
-                            replica_positions,
-                            would_change: would,
-                        };
-                        out(&serde_json::to_string(&line).expect("serializable"));
-                    }
-                } else {
-                    let w = |token| WriteCtx { position: pos, token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
-                    let applied = match redis.apply_all(&changes, &w(token)).await {
-                        Err(Error::Transient(TransientError::LeaseLost { .. })) => {
-                            // A new tenure began while replaying: continue under its token.
-                            token = current_token(&redis, &fence_key).await?;
-                            redis.apply_all(&changes, &w(token)).await?
-                        }
-                        r => r?,
-                    };
-                    let kafka = kafka.as_ref().expect("not a dry run");
-                    let mut deliveries = Vec::new();
-                    for (ch, a) in changes.iter().zip(applied) {
-                        if a.replicas_written == 0 && !a.version_moved {
-                            summary.unchanged += 1;
-                            continue;
-                        }
-                        summary.changed += 1;
-                        let ev = txn.event(&ch.key, a.version, ch.op, &ch.table);
-                        deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
-                    }
-                    for (key, d) in deliveries {
-                        match d.await {
-                            Ok(Ok(_)) => {
-                                events.fetch_add(1, Relaxed);
-                            }
-                            Ok(Err((e, _))) => return Err(TransientError::Kafka(format!("event for key {key}: {e}")).into()),
-                            Err(_) => return Err(TransientError::Kafka(format!("event for key {key} cancelled")).into()),
-                        }
-                    }
-                }
-            }
-            // TRUNCATE / DROP TABLE in the range: mark the table's keys stale again (fenced:
-            // keys changed after it keep their values). No event: the live run published it.
-            if !args.dry_run && !txn.invalidate_tables.is_empty() {
-                let w = WriteCtx { position: fence.position(&txn.position)?, token, tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms };
-                redis.invalidate_tables(&mapper, &txn.invalidate_tables, &w).await?;
-            }
-            progress.set_message(format!(
-                "{} transactions, {} key changes ({} changed, {} unchanged), at {}",
-                summary.transactions, summary.key_changes, summary.changed, summary.unchanged, txn.position
-            ));
-            if reached(&txn, &to) {
-                break Ok(());
-            }
-        }
-    }
-    .await;
+    let result = replay_range(&range, &mut writer, txn_rx, shutdown, &mut out, &progress, &mut summary, &mut last).await;
     let _ = stop_tx.send(true);
-    let src = source_task.await.map_err(|e| TransientError::Source(format!("source task: {e}")))?;
+    let src = source_task.await.map_err(|e| task_failed("source", e))?;
     progress.finish_and_clear();
     result?;
     src?;
-    summary.events = events.load(Relaxed);
     summary.last_position = last.map(|p| format!("{}:{}", p.file, p.pos));
     Ok(summary)
 }
 
-async fn current_token(redis: &RedisConn, fence_key: &str) -> Result<u64, Error> {
-    let mut c = redis.clone();
-    let t: Option<u64> =
-        c.query(redis::cmd("GET").arg(fence_key)).await.map_err(|e| TransientError::Redis(format!("GET {fence_key}: {e}")))?;
-    Ok(t.unwrap_or(0))
+/// The mappings of the `--table`s (all when none); an unknown table is an error naming
+/// `--table` and listing the mapped ones.
+fn selected_mappings(cfg: &Config, tables: &[String]) -> Result<Vec<MappingConfig>, Error> {
+    if tables.is_empty() {
+        return Ok(cfg.mappings.clone());
+    }
+    for t in tables {
+        if !cfg.mappings.iter().any(|m| &m.table == t) {
+            let known: Vec<&str> = cfg.mappings.iter().map(|m| m.table.as_str()).collect();
+            return Err(Error::config("--table", format!("`{t}` is not a mapped table (mapped: {})", known.join(", "))));
+        }
+    }
+    Ok(cfg.mappings.iter().filter(|m| tables.contains(&m.table)).cloned().collect())
 }
 
-fn file_index(file: &str) -> u64 {
-    file.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0)
+/// Check the source, detect MariaDB JSON columns and resolve the range: the mapper, the
+/// range and whether the source is MariaDB.
+async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig]) -> Result<(Arc<Mapper>, Range, bool), Error> {
+    let mapper = Arc::new(Mapper::new(mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
+    let mut conn = server::connect(&cfg.source).await?;
+    let info = server::preflight(&mut conn).await?;
+    let logs = server::binary_logs(&mut conn).await?;
+    let tables: Vec<String> = mappings.iter().map(|m| m.table.clone()).collect();
+    let detected = if info.mariadb { server::mariadb_json_columns(&mut conn, &tables).await? } else { Default::default() };
+    let mapper = Mapper::with_detected_json(mappings, mapper, detected);
+    drop(conn);
+    let to = args.to.clone().unwrap_or_else(|| StartPoint::Binlog(BinlogPosition::from(&info.current)));
+    let mut source = cfg.source.clone();
+    source.server_id = args.server_id.unwrap_or_else(|| match cfg.source.server_id.wrapping_add(1_000_000) {
+        0 => 1,
+        s => s,
+    });
+    let (resume, not_before_ms) = match &args.from {
+        StartPoint::Binlog(p) => {
+            server::require_binlog_file(&logs, p, "--from")?;
+            (Resume::FilePos(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }), 0)
+        }
+        StartPoint::Gtid(g) => (Resume::Gtid(g.to_string()), 0),
+        StartPoint::Time(ms) => {
+            let file = file_for_time(&source, &logs, *ms).await?;
+            (Resume::FilePos(SourcePosition { file, pos: 4, gtid: None }), *ms)
+        }
+        StartPoint::Current => unreachable!("--from does not accept `current`"),
+    };
+    Ok((mapper, Range { resume, not_before_ms, to, source }, info.mariadb))
+}
+
+/// Renamed mapped tables: the live run follows RENAMEs as it reads them and keeps the state
+/// in its checkpoint. Replay starts elsewhere and cannot know which renames came before
+/// --from: the operator says so (`--renames`), else an error naming `--renames`.
+async fn start_names(cfg: &Config, redis: &RedisConn, from_checkpoint: Option<bool>) -> Result<TableNames, Error> {
+    let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, redis);
+    let renamed = store.load().await?.map(|c| c.renamed).unwrap_or_default();
+    match (renamed.0.is_empty(), from_checkpoint) {
+        (true, _) | (false, Some(false)) => Ok(TableNames::default()),
+        (false, Some(true)) => Ok(renamed),
+        (false, None) => {
+            let list: Vec<String> = renamed.0.iter().map(|(k, v)| format!("{k} -> {}", v.as_deref().unwrap_or("(unmapped)"))).collect();
+            Err(Error::config(
+                "--renames",
+                format!(
+                    "the checkpoint of source {} records renamed mapped tables ({}); say whether they happened before --from: --renames checkpoint (yes) or --renames none (no, use the configured names)",
+                    cfg.source.name,
+                    list.join(", ")
+                ),
+            ))
+        }
+    }
+}
+
+/// The writer of a replay: Kafka unless a dry run, the source's current fencing token (replay
+/// holds no lease, see the module docs), replay's [`ApplyOptions`].
+async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis: RedisConn, mariadb: bool) -> Result<Writer, Error> {
+    let fence = FenceRule::resolve(&cfg.source, mariadb);
+    let kafka = if args.dry_run { None } else { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?)) };
+    let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
+    let fencing_token = current_fencing_token(&redis, &fencing_token_key).await?;
+    Ok(Writer {
+        mapper,
+        redis,
+        kafka,
+        fence,
+        fencing_token,
+        tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
+        source_name: Arc::from(cfg.source.name.as_str()),
+        options: ApplyOptions::replay(args.dry_run, args.rate, fencing_token_key),
+    })
+}
+
+fn progress_bar(show: bool) -> indicatif::ProgressBar {
+    let progress = indicatif::ProgressBar::new_spinner();
+    if !show {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    progress.enable_steady_tick(Duration::from_millis(200));
+    progress
+}
+
+/// Apply the transactions of the range as the source sends them, until the end of the range,
+/// the end of the binlog (idle and caught up) or `shutdown`.
+#[allow(clippy::too_many_arguments)]
+async fn replay_range(
+    range: &Range,
+    writer: &mut Writer,
+    mut txn_rx: mpsc::Receiver<Transaction>,
+    mut shutdown: watch::Receiver<bool>,
+    out: &mut (dyn FnMut(&str) + Send),
+    progress: &indicatif::ProgressBar,
+    summary: &mut ReplaySummary,
+    last: &mut Option<SourcePosition>,
+) -> Result<(), Error> {
+    let mut changes: Vec<KeyChange> = Vec::new();
+    loop {
+        let next = tokio::select! {
+            t = txn_rx.recv() => t,
+            _ = shutdown.wait_for(|v| *v) => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(1000)) => {
+                // Idle: done when the server has nothing beyond what was replayed.
+                if caught_up(&range.source, last.as_ref(), &range.to).await? { return Ok(()); }
+                continue;
+            }
+        };
+        let Some(txn) = next else { return Ok(()) };
+        if beyond(&txn, &range.to) {
+            return Ok(());
+        }
+        *last = Some(txn.position.clone());
+        if range.not_before_ms > 0 && txn.commit_time_ms + 999 < range.not_before_ms {
+            continue;
+        }
+        summary.transactions += 1;
+        let o = writer.apply_transaction(&txn, &mut changes, out).await?;
+        summary.key_changes += o.key_changes;
+        summary.changed += o.changed;
+        summary.unchanged += o.unchanged;
+        summary.events += o.events_acked;
+        progress.set_message(format!(
+            "{} transactions, {} key changes ({} changed, {} unchanged), at {}",
+            summary.transactions, summary.key_changes, summary.changed, summary.unchanged, txn.position
+        ));
+        if reached(&txn, &range.to) {
+            return Ok(());
+        }
+    }
 }
 
 /// `txn` lies after the end of the range (exclusive of it).
-fn beyond(txn: &Transaction, to: &ReplayPoint) -> bool {
+fn beyond(txn: &Transaction, to: &StartPoint) -> bool {
     match to {
-        ReplayPoint::FilePos(p) => (file_index(&txn.position.file), txn.position.pos) > (file_index(&p.file), p.pos),
-        ReplayPoint::Gtid { domain, seq, .. } => gtid_seq(txn, *domain).is_some_and(|s| s > *seq),
-        ReplayPoint::Time(ms) => txn.commit_time_ms > *ms,
+        StartPoint::Binlog(p) => BinlogPosition::from(&txn.position).order_key() > p.order_key(),
+        StartPoint::Gtid(g) => StartPoint::single_gtid(g).is_some_and(|g| gtid_seq(txn, g.domain).is_some_and(|s| s > g.seq)),
+        StartPoint::Time(ms) => txn.commit_time_ms > *ms,
+        StartPoint::Current => false,
     }
 }
 
 /// `txn` is the last transaction of the range.
-fn reached(txn: &Transaction, to: &ReplayPoint) -> bool {
+fn reached(txn: &Transaction, to: &StartPoint) -> bool {
     match to {
-        ReplayPoint::FilePos(p) => (file_index(&txn.position.file), txn.position.pos) >= (file_index(&p.file), p.pos),
-        ReplayPoint::Gtid { domain, seq, .. } => gtid_seq(txn, *domain).is_some_and(|s| s >= *seq),
-        ReplayPoint::Time(_) => false,
+        StartPoint::Binlog(p) => BinlogPosition::from(&txn.position).order_key() >= p.order_key(),
+        StartPoint::Gtid(g) => StartPoint::single_gtid(g).is_some_and(|g| gtid_seq(txn, g.domain).is_some_and(|s| s >= g.seq)),
+        StartPoint::Time(_) | StartPoint::Current => false,
     }
 }
 
+/// The sequence number of `txn`'s GTID when it is a MariaDB GTID of `domain`.
 fn gtid_seq(txn: &Transaction, domain: u32) -> Option<u64> {
-    let g = txn.position.gtid.as_deref()?;
-    let mut p = g.split('-');
-    let d: u32 = p.next()?.parse().ok()?;
-    let _ = p.next()?;
-    let s: u64 = p.next()?.parse().ok()?;
-    (d == domain).then_some(s)
+    let g: MariadbGtid = txn.position.gtid.as_deref()?.parse().ok()?;
+    (g.domain == domain).then_some(g.seq)
 }
 
 /// Idle check: nothing more to replay when the primary's current position is not beyond the
 /// last transaction replayed (or the end of the range was passed).
-async fn caught_up(cfg: &crate::config::SourceConfig, last: Option<&SourcePosition>, to: &ReplayPoint) -> Result<bool, Error> {
+async fn caught_up(cfg: &SourceConfig, last: Option<&SourcePosition>, to: &StartPoint) -> Result<bool, Error> {
     let mut conn = server::connect(cfg).await?;
     let row: Option<mysql_async::Row> =
         conn.query_first("SHOW MASTER STATUS").await.map_err(|e| crate::error::classify_mysql(e, "SHOW MASTER STATUS"))?;
     let _ = conn.disconnect().await;
     let Some(row) = row else { return Ok(true) };
-    let cur = (file_index(&row.get::<String, _>(0).unwrap_or_default()), row.get::<u64, _>(1).unwrap_or(0));
+    let cur = BinlogPosition::new(row.get::<String, _>(0).unwrap_or_default(), row.get::<u64, _>(1).unwrap_or(0)).order_key();
     let Some(last) = last else { return Ok(false) };
-    let last = (file_index(&last.file), last.pos);
+    let last = BinlogPosition::from(last).order_key();
     Ok(match to {
-        ReplayPoint::FilePos(p) => last >= (file_index(&p.file), p.pos) || last >= cur,
+        StartPoint::Binlog(p) => last >= p.order_key() || last >= cur,
         _ => last >= cur,
     })
 }
 
 /// The newest binlog file whose first event was written at or before `ms` (else the oldest).
-async fn file_for_time(cfg: &crate::config::SourceConfig, logs: &[String], ms: u64) -> Result<String, Error> {
+async fn file_for_time(cfg: &SourceConfig, logs: &[String], ms: u64) -> Result<String, Error> {
     use futures::StreamExt;
     let mut chosen = logs.first().cloned().ok_or_else(|| Error::config("--from", "the server has no binary logs"))?;
     for f in logs {
@@ -472,24 +443,4 @@ async fn file_for_time(cfg: &crate::config::SourceConfig, logs: &[String], ms: u
         }
     }
     Ok(chosen)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn points_parse_and_errors_name_the_flag() {
-        assert_eq!(
-            ReplayPoint::parse("--from", "mysql-bin.000003:4").unwrap(),
-            ReplayPoint::FilePos(SourcePosition { file: "mysql-bin.000003".into(), pos: 4, gtid: None })
-        );
-        assert_eq!(ReplayPoint::parse("--from", "gtid:0-1-100").unwrap(), ReplayPoint::Gtid { domain: 0, server: 1, seq: 100 });
-        assert_eq!(ReplayPoint::parse("--to", "1970-01-01 00:00:01").unwrap(), ReplayPoint::Time(1000));
-        assert_eq!(ReplayPoint::parse("--to", "1970-01-01T00:00:02Z").unwrap(), ReplayPoint::Time(2000));
-        let e = ReplayPoint::parse("--from", "yesterday").unwrap_err();
-        assert!(e.starts_with("--from `yesterday`"), "{e}");
-        assert!(ReplayPoint::parse("--from", "mysql-bin.000003:2").is_err());
-        assert!(ReplayPoint::parse("--from", "gtid:0-1").is_err());
-    }
 }

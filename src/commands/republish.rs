@@ -16,7 +16,8 @@
 //! each partition's end offset when the command started. Nothing in Redis changes; the
 //! checkpoint is not touched.
 
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -67,132 +68,39 @@ pub struct RepublishSummary {
     pub dry_run: bool,
 }
 
+/// `binval republish` from the command line: validate `--from` / `--to` (errors name the flag,
+/// exit code 2), re-publish, print the summary as one JSON line.
+pub async fn cli(cfg: &Config, from: &str, to: Option<&str>, dry_run: bool) -> Result<(), Error> {
+    let from = RepublishFrom::parse(from).map_err(|r| Error::config("--from", r))?;
+    let to = match to {
+        Some(t) => match RepublishFrom::parse(t) {
+            Ok(RepublishFrom::Time(ms)) => Some(ms),
+            _ => return Err(Error::config("--to", format!("`{t}`: expected a UTC date-time"))),
+        },
+        None => None,
+    };
+    if let (RepublishFrom::Time(a), Some(b)) = (&from, to) {
+        if b < *a {
+            return Err(Error::config("--to", "the end time is before --from"));
+        }
+    }
+    let summary = run(cfg, &from, to, dry_run).await?;
+    println!("{}", serde_json::to_string(&summary).expect("summary serializes"));
+    Ok(())
+}
+
 /// Re-publish the events of the configured topic from `from` until `to_ms` (message time,
 /// inclusive) or the end offsets at start. Errors: a bad partition (definite), broker
 /// unreachable (transient).
 pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run: bool) -> Result<RepublishSummary, Error> {
     let topic = cfg.kafka.topic.clone();
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.kafka.brokers)
-        .set("group.id", format!("binval-republish-{}", std::process::id()))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10");
-    let consumer: BaseConsumer = cc.create().map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?;
+    let consumer = consumer(cfg)?;
     let sink = if dry_run { None } else { Some(KafkaSink::connect(&cfg.kafka).await?) };
-    let from = from.clone();
-    let (summary, deliveries) = tokio::task::block_in_place(|| -> Result<(RepublishSummary, Vec<_>), Error> {
-        let md = consumer
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
-        let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
-        if partitions.is_empty() {
-            return Err(Error::config("kafka.topic", format!("topic {topic} has no partitions (does it exist?)")));
-        }
-        let mut ends = std::collections::BTreeMap::new();
-        for &p in &partitions {
-            let (_, high) = consumer
-                .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                .map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?;
-            ends.insert(p, high);
-        }
-        let mut tpl = TopicPartitionList::new();
-        match &from {
-            RepublishFrom::Time(ms) => {
-                let mut q = TopicPartitionList::new();
-                for &p in &partitions {
-                    q.add_partition_offset(&topic, p, Offset::Offset(*ms as i64)).expect("valid partition");
-                }
-                // offsets_for_times (Kafka ListOffsets by timestamp) where the broker answers it;
-                // otherwise (some Kafka-protocol brokers do not) start at the low watermark. The
-                // message-time filter below makes both exact.
-                let found = consumer.offsets_for_times(q, Duration::from_secs(10)).ok();
-                for &p in &partitions {
-                    let by_time = found.as_ref().and_then(|f| f.find_partition(&topic, p)).and_then(|e| match e.offset() {
-                        Offset::Offset(o) if o >= 0 => Some(o),
-                        _ => None,
-                    });
-                    let start = match by_time {
-                        Some(o) => o,
-                        None => {
-                            consumer
-                                .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                                .map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?
-                                .0
-                        }
-                    };
-                    tracing::debug!(partition = p, ?by_time, start, end = ends[&p], "republish start offset");
-                    tpl.add_partition_offset(&topic, p, Offset::Offset(start)).expect("valid partition");
-                }
-            }
-            RepublishFrom::Offsets(v) => {
-                for (p, o) in v {
-                    if !partitions.contains(p) {
-                        return Err(Error::config("--from", format!("topic {topic} has no partition {p} (partitions: {partitions:?})")));
-                    }
-                    tpl.add_partition_offset(&topic, *p, Offset::Offset(*o)).expect("valid partition");
-                }
-            }
-        }
-        // Read each partition up to its end offset at start. Brokers that report no usable
-        // high watermark (some Kafka-protocol implementations answer 0) are read until they
-        // stay quiet for IDLE instead.
-        const IDLE: Duration = Duration::from_millis(1500);
-        let mut remaining: std::collections::BTreeMap<i32, i64> = std::collections::BTreeMap::new();
-        let mut by_idle = false;
-        for e in tpl.elements() {
-            if let Offset::Offset(o) = e.offset() {
-                let end = ends[&e.partition()];
-                if end > o {
-                    remaining.insert(e.partition(), end);
-                } else if end == 0 {
-                    by_idle = true;
-                }
-            }
-        }
-        let mut last_msg = std::time::Instant::now();
-        consumer.assign(&tpl).map_err(|e| TransientError::Kafka(format!("assign: {e}")))?;
-        let mut summary = RepublishSummary { dry_run, ..Default::default() };
-        let mut to_send: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(300);
-        while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && std::time::Instant::now() < deadline {
-            let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
-            last_msg = std::time::Instant::now();
-            let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
-            let (p, o) = (m.partition(), m.offset());
-            if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
-                remaining.remove(&p);
-            }
-            let ts = m.timestamp().to_millis().map(|t| t.max(0) as u64);
-            if let (Some(to), Some(ts)) = (to_ms, ts) {
-                if ts > to {
-                    remaining.remove(&p);
-                    continue;
-                }
-            }
-            if let (RepublishFrom::Time(from_ms), Some(ts)) = (&from, ts) {
-                if ts < *from_ms {
-                    continue;
-                }
-            }
-            let payload = m.payload().unwrap_or_default();
-            if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
-                tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
-                summary.skipped += 1;
-                continue;
-            }
-            summary.read += 1;
-            to_send.push((m.key().unwrap_or_default().to_vec(), payload.to_vec()));
-        }
-        if !remaining.is_empty() {
-            return Err(TransientError::Kafka(format!(
-                "partitions {:?} were not read to their end within 300 s; nothing was re-published (rerun with a narrower range)",
-                remaining.keys().collect::<Vec<_>>()
-            ))
-            .into());
-        }
-        Ok((summary, to_send))
+    let (mut summary, deliveries) = tokio::task::block_in_place(|| -> Result<(RepublishSummary, Vec<_>), Error> {
+        let (partitions, ends) = partitions_and_ends(&consumer, &topic)?;
+        let tpl = start_offsets(&consumer, &topic, from, &partitions, &ends)?;
+        read_range(&consumer, &tpl, &ends, from, to_ms, dry_run)
     })?;
-    let mut summary = summary;
     if let Some(sink) = sink {
         let mut futs = Vec::with_capacity(deliveries.len());
         for (k, v) in &deliveries {
@@ -207,4 +115,153 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
         }
     }
     Ok(summary)
+}
+
+/// A consumer outside any group's offsets (manual assignment, no commits).
+fn consumer(cfg: &Config) -> Result<BaseConsumer, Error> {
+    let mut cc = ClientConfig::new();
+    cc.set("bootstrap.servers", &cfg.kafka.brokers)
+        .set("group.id", format!("binval-republish-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10");
+    Ok(cc.create().map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?)
+}
+
+/// The topic's partitions and the end offset (high watermark) of each at start. A topic
+/// without partitions is an error naming `kafka.topic`.
+fn partitions_and_ends(consumer: &BaseConsumer, topic: &str) -> Result<(Vec<i32>, BTreeMap<i32, i64>), Error> {
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
+    let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
+    if partitions.is_empty() {
+        return Err(Error::config("kafka.topic", format!("topic {topic} has no partitions (does it exist?)")));
+    }
+    let mut ends = BTreeMap::new();
+    for &p in &partitions {
+        let (_, high) =
+            consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?;
+        ends.insert(p, high);
+    }
+    Ok((partitions, ends))
+}
+
+/// The start offset of each partition: by time, or as given (a partition the topic does not
+/// have is an error naming `--from`).
+fn start_offsets(
+    consumer: &BaseConsumer,
+    topic: &str,
+    from: &RepublishFrom,
+    partitions: &[i32],
+    ends: &BTreeMap<i32, i64>,
+) -> Result<TopicPartitionList, Error> {
+    let mut tpl = TopicPartitionList::new();
+    match from {
+        RepublishFrom::Time(ms) => {
+            let mut q = TopicPartitionList::new();
+            for &p in partitions {
+                q.add_partition_offset(topic, p, Offset::Offset(*ms as i64)).expect("valid partition");
+            }
+            // offsets_for_times (Kafka ListOffsets by timestamp) where the broker answers it;
+            // otherwise (some Kafka-protocol brokers do not) start at the low watermark. The
+            // message-time filter in read_range makes both exact.
+            let found = consumer.offsets_for_times(q, Duration::from_secs(10)).ok();
+            for &p in partitions {
+                let by_time = found.as_ref().and_then(|f| f.find_partition(topic, p)).and_then(|e| match e.offset() {
+                    Offset::Offset(o) if o >= 0 => Some(o),
+                    _ => None,
+                });
+                let start = match by_time {
+                    Some(o) => o,
+                    None => {
+                        consumer
+                            .fetch_watermarks(topic, p, Duration::from_secs(10))
+                            .map_err(|e| TransientError::Kafka(format!("watermarks: {e}")))?
+                            .0
+                    }
+                };
+                tracing::debug!(partition = p, ?by_time, start, end = ends[&p], "republish start offset");
+                tpl.add_partition_offset(topic, p, Offset::Offset(start)).expect("valid partition");
+            }
+        }
+        RepublishFrom::Offsets(v) => {
+            for (p, o) in v {
+                if !partitions.contains(p) {
+                    return Err(Error::config("--from", format!("topic {topic} has no partition {p} (partitions: {partitions:?})")));
+                }
+                tpl.add_partition_offset(topic, *p, Offset::Offset(*o)).expect("valid partition");
+            }
+        }
+    }
+    Ok(tpl)
+}
+
+/// Read each partition from its start in `tpl` up to its end offset at start, keeping the
+/// invalidation events within the time range (key, payload).
+#[allow(clippy::type_complexity)]
+fn read_range(
+    consumer: &BaseConsumer,
+    tpl: &TopicPartitionList,
+    ends: &BTreeMap<i32, i64>,
+    from: &RepublishFrom,
+    to_ms: Option<u64>,
+    dry_run: bool,
+) -> Result<(RepublishSummary, Vec<(Vec<u8>, Vec<u8>)>), Error> {
+    // Brokers that report no usable high watermark (some Kafka-protocol implementations
+    // answer 0) are read until they stay quiet for IDLE instead.
+    const IDLE: Duration = Duration::from_millis(1500);
+    let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut by_idle = false;
+    for e in tpl.elements() {
+        if let Offset::Offset(o) = e.offset() {
+            let end = ends[&e.partition()];
+            if end > o {
+                remaining.insert(e.partition(), end);
+            } else if end == 0 {
+                by_idle = true;
+            }
+        }
+    }
+    let mut last_msg = Instant::now();
+    consumer.assign(tpl).map_err(|e| TransientError::Kafka(format!("assign: {e}")))?;
+    let mut summary = RepublishSummary { dry_run, ..Default::default() };
+    let mut to_send: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && Instant::now() < deadline {
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
+        last_msg = Instant::now();
+        let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
+        let (p, o) = (m.partition(), m.offset());
+        if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
+            remaining.remove(&p);
+        }
+        let ts = m.timestamp().to_millis().map(|t| t.max(0) as u64);
+        if let (Some(to), Some(ts)) = (to_ms, ts) {
+            if ts > to {
+                remaining.remove(&p);
+                continue;
+            }
+        }
+        if let (RepublishFrom::Time(from_ms), Some(ts)) = (from, ts) {
+            if ts < *from_ms {
+                continue;
+            }
+        }
+        let payload = m.payload().unwrap_or_default();
+        if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
+            tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
+            summary.skipped += 1;
+            continue;
+        }
+        summary.read += 1;
+        to_send.push((m.key().unwrap_or_default().to_vec(), payload.to_vec()));
+    }
+    if !remaining.is_empty() {
+        return Err(TransientError::Kafka(format!(
+            "partitions {:?} were not read to their end within 300 s; nothing was re-published (rerun with a narrower range)",
+            remaining.keys().collect::<Vec<_>>()
+        ))
+        .into());
+    }
+    Ok((summary, to_send))
 }

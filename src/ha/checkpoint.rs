@@ -11,16 +11,15 @@
 //! token is the newest one handed out for the source (see [`crate::ha::lease`]), so a paused,
 //! stale instance can never move the shared checkpoint.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use binval_protocol::SourcePosition;
+use binval_protocol::{MariadbGtid, MariadbGtidPosition, SourcePosition};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::TableNames;
-use crate::write::redis_sink::RedisConn;
+use crate::redis_conn::RedisConn;
 
 /// What is saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,28 +43,38 @@ fn is_empty_names(n: &TableNames) -> bool {
     n.0.is_empty()
 }
 
-/// Tracks the GTID state (last GTID per MariaDB domain) of acknowledged transactions.
+/// Tracks the GTID state of acknowledged transactions: the MariaDB GTID position (last GTID
+/// per domain), or, for a MySQL source, the last GTID seen (`uuid:n`, kept as text: binval
+/// does not order by MySQL GTIDs).
 #[derive(Debug, Default, Clone)]
 pub struct GtidState {
-    domains: BTreeMap<u32, String>,
+    mariadb: MariadbGtidPosition,
     other: Option<String>,
 }
 
 impl GtidState {
-    /// Record the GTID of an acknowledged transaction.
+    /// The state saved in a checkpoint's `gtid` field (`0-1-5,1-2-7`, or a MySQL GTID).
+    pub fn from_saved(saved: &str) -> Self {
+        let mut g = GtidState::default();
+        for one in saved.split(',') {
+            g.record(one);
+        }
+        g
+    }
+
+    /// Record the GTID of an acknowledged transaction: a MariaDB `domain-server-seq` becomes
+    /// the last of its domain; anything else is kept as the last MySQL GTID.
     pub fn record(&mut self, gtid: &str) {
-        match gtid.split_once('-').and_then(|(d, _)| d.parse::<u32>().ok()) {
-            Some(domain) if gtid.split('-').count() == 3 => {
-                self.domains.insert(domain, gtid.to_string());
-            }
-            _ => self.other = Some(gtid.to_string()),
+        match gtid.parse::<MariadbGtid>() {
+            Ok(g) => self.mariadb.record(g),
+            Err(_) => self.other = Some(gtid.to_string()),
         }
     }
 
     /// `0-1-5,1-2-7`, or the last MySQL GTID, or `None`.
     pub fn render(&self) -> Option<String> {
-        if !self.domains.is_empty() {
-            Some(self.domains.values().cloned().collect::<Vec<_>>().join(","))
+        if !self.mariadb.is_empty() {
+            Some(self.mariadb.to_string())
         } else {
             self.other.clone()
         }
@@ -74,8 +83,9 @@ impl GtidState {
 
 /// Where checkpoints are read from and written to.
 pub enum CheckpointStoreImpl {
-    /// In Redis under `key`; saves are fenced by `token` against the counter at `fence_key`.
-    Redis { conn: RedisConn, key: String, fence_key: String, token: Option<u64> },
+    /// In Redis under `key`; saves are fenced by `fencing_token` against the counter at
+    /// `fencing_token_key` (see [`crate::ha::lease`]).
+    Redis { conn: RedisConn, source_name: String, key: String, fencing_token_key: String, fencing_token: Option<u64> },
     /// In a file.
     File { path: PathBuf },
 }
@@ -86,18 +96,19 @@ impl CheckpointStoreImpl {
         match cfg.store {
             CheckpointStore::Redis => CheckpointStoreImpl::Redis {
                 conn: redis.clone(),
+                source_name: source_name.to_string(),
                 key: checkpoint_key(source_name),
-                fence_key: crate::ha::lease::fence_key(source_name),
-                token: None,
+                fencing_token_key: crate::ha::lease::fencing_token_key(source_name),
+                fencing_token: None,
             },
             CheckpointStore::File => CheckpointStoreImpl::File { path: cfg.path.clone().expect("validated") },
         }
     }
 
     /// Fence every later save (Redis store) with the fencing token of this instance's lease.
-    pub fn set_token(&mut self, t: u64) {
-        if let CheckpointStoreImpl::Redis { token, .. } = self {
-            *token = Some(t);
+    pub fn set_fencing_token(&mut self, t: u64) {
+        if let CheckpointStoreImpl::Redis { fencing_token, .. } = self {
+            *fencing_token = Some(t);
         }
     }
 
@@ -136,17 +147,17 @@ impl CheckpointStoreImpl {
         let loc = self.location();
         let text = serde_json::to_string(cp).expect("checkpoint serializes");
         match self {
-            CheckpointStoreImpl::Redis { conn, key, token: None, .. } => {
+            CheckpointStoreImpl::Redis { conn, key, fencing_token: None, .. } => {
                 conn.set(key, &text).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
             }
-            CheckpointStoreImpl::Redis { conn, key, fence_key, token: Some(t) } => {
+            CheckpointStoreImpl::Redis { conn, source_name, key, fencing_token_key, fencing_token: Some(t) } => {
                 let ok: i64 = conn
-                    .eval(SAVE_FENCED, &[key.clone(), fence_key.clone()], &[text, t.to_string()])
+                    .eval(SAVE_FENCED, &[key.clone(), fencing_token_key.clone()], &[text, t.to_string()])
                     .await
                     .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?;
                 if ok != 1 {
                     return Err(TransientError::LeaseLost {
-                        source_name: key.clone(),
+                        source_name: source_name.clone(),
                         message: format!("checkpoint save refused: fencing token {t} is no longer the newest"),
                     }
                     .into());
@@ -230,6 +241,16 @@ mod tests {
         g.record("1-2-3");
         g.record("0-1-6");
         assert_eq!(g.render().as_deref(), Some("0-1-6,1-2-3"));
+    }
+
+    #[test]
+    fn gtid_state_keeps_the_last_mysql_gtid_and_reads_what_it_saved() {
+        let mut g = GtidState::default();
+        assert_eq!(g.render(), None);
+        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:22");
+        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:23");
+        assert_eq!(g.render().as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"));
+        assert_eq!(GtidState::from_saved("1-2-3,0-1-6").render().as_deref(), Some("0-1-6,1-2-3"));
     }
 
     #[tokio::test]

@@ -13,10 +13,10 @@
 //! new leader with a token smaller than the ones stored in the replicas, refused forever).
 //!
 //! * each replica record stores the token of its writer (`f`), and the replica script refuses a
-//!   write whose token is older than the stored one — once the new leader has written a key,
+//!   write whose fencing token is older than the stored one — once the new leader has written a key,
 //!   the old one can no longer touch it (it gets `-1` and stops with [`TransientError::LeaseLost`]);
-//! * the checkpoint is saved by a script that compares the token with the current value of the
-//!   fence counter (same hash slot through the `{<name>}` hash tag), so a stale leader can never
+//! * the checkpoint is saved by a script that compares the fencing token with the current value
+//!   of the fencing token counter (same hash slot through the `{<name>}` hash tag), so a stale leader can never
 //!   move the shared checkpoint.
 //!
 //! Writes a stale leader still makes to keys the new leader has not touched yet are real,
@@ -26,7 +26,8 @@
 //! # Keys
 //!
 //! * `binval:{<name>}:lease` = `"<holder> <token>"`, with a TTL of `source.lease_ms`;
-//! * `binval:{<name>}:fence` = the last token handed out (only grows);
+//! * `binval:{<name>}:fence` = the last fencing token handed out (only grows;
+//!   [`fencing_token_key`]);
 //! * `binval:{<name>}:checkpoint` (see [`crate::ha::checkpoint`]).
 //!
 //! The active instance renews every third of `lease_ms`; a standby polls at the same rate and
@@ -37,7 +38,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, TransientError};
-use crate::write::redis_sink::RedisConn;
+use crate::redis_conn::RedisConn;
 
 const ACQUIRE: &str = r#"
 local cur = redis.call('GET', KEYS[1])
@@ -79,8 +80,9 @@ pub fn lease_key(name: &str) -> String {
     format!("binval:{{{name}}}:lease")
 }
 
-/// Key of the fencing token counter of source `name`.
-pub fn fence_key(name: &str) -> String {
+/// Key of the fencing token counter of source `name` (the key string `binval:{<name>}:fence`
+/// is kept as it always was: it is stored data).
+pub fn fencing_token_key(name: &str) -> String {
     format!("binval:{{{name}}}:fence")
 }
 
@@ -92,7 +94,7 @@ pub struct Lease {
     /// This instance's holder id (`host-pid-random`).
     pub holder: String,
     /// The fencing token of this tenure; larger than every earlier one.
-    pub token: u64,
+    pub fencing_token: u64,
     /// Lease length, ms.
     pub lease_ms: u64,
 }
@@ -108,14 +110,14 @@ impl Lease {
     pub async fn try_acquire(conn: &RedisConn, name: &str, holder: &str, lease_ms: u64) -> Result<Result<Lease, (String, i64)>, Error> {
         let mut c = conn.clone();
         let (tok, who, ttl): (String, String, i64) = c
-            .eval(ACQUIRE, &[lease_key(name), fence_key(name)], &[holder.to_string(), lease_ms.to_string()])
+            .eval(ACQUIRE, &[lease_key(name), fencing_token_key(name)], &[holder.to_string(), lease_ms.to_string()])
             .await
             .map_err(|e| TransientError::Redis(format!("lease {}: {e}", lease_key(name))))?;
         let token: u64 = tok.parse().unwrap_or(0);
         if token == 0 {
             return Ok(Err((who, ttl)));
         }
-        Ok(Ok(Lease { name: name.into(), holder: holder.into(), token, lease_ms }))
+        Ok(Ok(Lease { name: name.into(), holder: holder.into(), fencing_token: token, lease_ms }))
     }
 
     /// Wait as standby until the lease is ours, or `shutdown` (then `None`).
@@ -130,7 +132,7 @@ impl Lease {
         loop {
             match Self::try_acquire(conn, name, holder, lease_ms).await? {
                 Ok(l) => {
-                    tracing::info!(source = name, token = l.token, holder, "lease acquired: this instance is active");
+                    tracing::info!(source = name, fencing_token = l.fencing_token, holder, "lease acquired: this instance is active");
                     return Ok(Some(l));
                 }
                 Err((other, ttl)) => {
@@ -148,7 +150,7 @@ impl Lease {
     }
 
     fn value(&self) -> String {
-        format!("{} {}", self.holder, self.token)
+        format!("{} {}", self.holder, self.fencing_token)
     }
 
     /// Renew once; `Ok(false)` when the lease is no longer ours.

@@ -14,7 +14,7 @@
 //! a file name without numeric suffix) is a definite error naming the position: guessing would
 //! risk refusing newer changes as "older" forever.
 
-use binval_protocol::{FencePosition, SourcePosition};
+use binval_protocol::{FencePosition, MariadbGtid, SourcePosition};
 
 use crate::config::{FenceMode, SourceConfig};
 use crate::error::DefiniteError;
@@ -53,10 +53,7 @@ impl FenceRule {
                     .gtid
                     .as_deref()
                     .ok_or_else(|| fail("transaction has no GTID but source.fence = gtid; set source.fence = \"file_pos\"".into()))?;
-                let mut parts = g.split('-');
-                let (d, _s, n) = (parts.next(), parts.next(), parts.next());
-                let (Some(d), Some(n), None) = (d.and_then(|d| d.parse::<u32>().ok()), n.and_then(|n| n.parse::<u64>().ok()), parts.next())
-                else {
+                let Ok(MariadbGtid { domain: d, seq: n, .. }) = g.parse::<MariadbGtid>() else {
                     return Err(fail(format!("GTID {g} is not a MariaDB domain-server-seq GTID; set source.fence = \"file_pos\"")));
                 };
                 if d != self.domain {

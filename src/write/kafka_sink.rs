@@ -5,6 +5,10 @@
 //!
 //! Sending only enqueues; the returned [`DeliveryFuture`]s go to the checkpoint stage, which
 //! advances the checkpoint past a transaction only when all of its events are acknowledged.
+//!
+//! Errors are classified by [`crate::error::classify_kafka`]: an event Kafka will never take
+//! (too large, not authorised, no such topic while binval may not create it, an invalid
+//! setting) is definite and names key and topic; anything else is retried.
 
 use std::time::Duration;
 
@@ -16,17 +20,20 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::config::KafkaConfig;
-use crate::error::{Error, TransientError};
+use crate::error::{classify_kafka, kafka_is_definite, Error, TransientError};
 
 /// The invalidation event producer.
 pub struct KafkaSink {
     producer: FutureProducer,
     topic: String,
+    create_topic: bool,
 }
 
 impl KafkaSink {
     /// Create the producer and, if configured, the topic. Errors are transient (the broker may
-    /// come up later).
+    /// come up later), except those [`kafka_is_definite`] names (authentication and
+    /// authorisation failures, an invalid setting, a missing topic binval may not create):
+    /// those are definite configuration errors naming the `kafka` section.
     pub async fn connect(cfg: &KafkaConfig) -> Result<Self, Error> {
         let mut cc = ClientConfig::new();
         cc.set("bootstrap.servers", &cfg.brokers)
@@ -38,9 +45,9 @@ impl KafkaSink {
         }
         // Always: the guarantees binval documents depend on them.
         cc.set("enable.idempotence", "true").set("acks", "all");
-        let producer: FutureProducer = cc.create().map_err(|e| TransientError::Kafka(format!("producer: {e}")))?;
+        let producer: FutureProducer = cc.create().map_err(|e| connect_error(&e, cfg, "producer"))?;
         if cfg.create_topic {
-            ensure_topic(&cc, &cfg.topic, cfg.partitions, cfg.replication_factor).await?;
+            ensure_topic(&cc, cfg).await?;
         }
         // Fail early (and retry) when no broker answers.
         let p = producer.clone();
@@ -48,8 +55,8 @@ impl KafkaSink {
         tokio::task::spawn_blocking(move || p.client().fetch_metadata(Some(&topic), Duration::from_secs(5)))
             .await
             .expect("metadata task")
-            .map_err(|e| TransientError::Kafka(format!("metadata for topic {}: {e}", cfg.topic)))?;
-        Ok(KafkaSink { producer, topic: cfg.topic.clone() })
+            .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic)))?;
+        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic })
     }
 
     /// Topic events go to.
@@ -57,7 +64,8 @@ impl KafkaSink {
         &self.topic
     }
 
-    /// Enqueue one event; waits while the local producer queue is full.
+    /// Enqueue one event; waits while the local producer queue is full. Errors per
+    /// [`classify_kafka`] (e.g. an event larger than `message.max.bytes` is definite).
     pub async fn enqueue(&self, ev: &InvalidationEvent) -> Result<DeliveryFuture, Error> {
         let payload = ev.to_json();
         loop {
@@ -67,7 +75,7 @@ impl KafkaSink {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue key {}: {e}", ev.key)).into()),
+                Err((e, _)) => return Err(classify_kafka(&e, &ev.key, &self.topic, self.create_topic, &format!("enqueue key {}", ev.key))),
             }
         }
     }
@@ -88,6 +96,18 @@ impl KafkaSink {
         }
     }
 
+    /// Wait for the delivery of the event of `key` (`delivery`, from [`KafkaSink::enqueue`]).
+    /// A failed delivery is classified per [`classify_kafka`] (definite: names key and topic;
+    /// transient: `failed` and the error); a cancelled one (the producer went away) is
+    /// transient with the message `cancelled`.
+    pub async fn delivered(&self, key: &str, delivery: DeliveryFuture, failed: &str, cancelled: &str) -> Result<(), Error> {
+        match delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((e, _))) => Err(classify_kafka(&e, key, &self.topic, self.create_topic, failed)),
+            Err(_) => Err(TransientError::Kafka(cancelled.to_string()).into()),
+        }
+    }
+
     /// Wait up to `timeout` for everything enqueued to be delivered.
     pub async fn flush(&self, timeout: Duration) {
         let p = self.producer.clone();
@@ -95,17 +115,30 @@ impl KafkaSink {
     }
 }
 
-async fn ensure_topic(cc: &ClientConfig, topic: &str, partitions: i32, replication: i32) -> Result<(), Error> {
-    let admin: AdminClient<DefaultClientContext> = cc.create().map_err(|e| TransientError::Kafka(format!("admin client: {e}")))?;
-    let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+async fn ensure_topic(cc: &ClientConfig, cfg: &KafkaConfig) -> Result<(), Error> {
+    let (topic, partitions) = (cfg.topic.as_str(), cfg.partitions);
+    let admin: AdminClient<DefaultClientContext> = cc.create().map_err(|e| connect_error(&e, cfg, "admin client"))?;
+    let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.replication_factor));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let res = admin.create_topics([&nt], &opts).await.map_err(|e| TransientError::Kafka(format!("create topic {topic}: {e}")))?;
+    let res = admin.create_topics([&nt], &opts).await.map_err(|e| connect_error(&e, cfg, &format!("create topic {topic}")))?;
     for r in res {
         match r {
             Ok(_) => tracing::info!(topic, partitions, "created topic"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) if kafka_is_definite(code, cfg.create_topic) => {
+                return Err(Error::config("kafka", format!("create topic {t}: {code}")))
+            }
             Err((t, code)) => return Err(TransientError::Kafka(format!("create topic {t}: {code}")).into()),
         }
     }
     Ok(())
+}
+
+/// A failure while connecting: definite (a configuration error naming the `kafka` section)
+/// when [`classify_kafka`] says so, else transient as before.
+fn connect_error(e: &KafkaError, cfg: &KafkaConfig, context: &str) -> Error {
+    match classify_kafka(e, "", &cfg.topic, cfg.create_topic, context) {
+        Error::Definite(_) => Error::config("kafka", format!("{context}: {e}")),
+        transient => transient,
+    }
 }

@@ -18,123 +18,39 @@
 //!
 //! Changes of different keys within one transaction are applied concurrently; changes of the
 //! same key strictly in order. Errors are classified transient (connection, timeout, cluster
-//! re-sharding) or definite (e.g. `WRONGTYPE`).
+//! re-sharding) or definite (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`].
+//!
+//! The connection itself ([`RedisConn`]: connect, commands, scripts, SCAN over the masters) is
+//! the crate-wide client in [`crate::redis_conn`]; this module adds the fenced writes to it.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
 
 use binval_protocol::fence::{self, FIELD_POSITION};
 use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
 use futures::stream::{self, StreamExt, TryStreamExt};
-use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
-use redis::{AsyncCommands, RedisError};
-use std::sync::Arc;
 
-use crate::config::{RedisConfig, RedisMode};
-use crate::error::{DefiniteError, Error, TransientError};
+use crate::error::{classify_redis, DefiniteError, Error, TransientError};
 use crate::mapping::{KeyChange, Mapper};
+use crate::redis_conn::RedisConn;
 
 /// How many keys of one transaction are written concurrently.
 const KEY_CONCURRENCY: usize = 64;
 
-/// A connection to standalone Redis or a Redis Cluster.
-#[derive(Clone)]
-pub enum RedisConn {
-    /// One server, reconnecting connection manager.
-    Standalone(ConnectionManager),
-    /// Cluster, slot-routed multiplexed connection.
-    Cluster(ClusterConnection),
-}
-
+/// The fenced write stage, as methods of the crate-wide client.
 impl RedisConn {
-    /// Connect per `cfg`. Connection failures are transient.
-    pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
-        let timeout = Duration::from_millis(cfg.timeout_ms);
-        match cfg.mode {
-            RedisMode::Standalone => {
-                let client = redis::Client::open(cfg.urls[0].as_str()).map_err(|e| Error::config("redis.urls[0]", e.to_string()))?;
-                let mc = redis::aio::ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(timeout))
-                    .set_connection_timeout(Some(timeout))
-                    .set_number_of_retries(2);
-                let mut cm = client.get_connection_manager_with_config(mc).await.map_err(transient)?;
-                let info: String = redis::cmd("INFO").arg("cluster").query_async(&mut cm).await.map_err(transient)?;
-                if info.contains("cluster_enabled:1") {
-                    return Err(mode_mismatch("standalone", "is a Redis Cluster node; set redis.mode = \"cluster\""));
-                }
-                for code in [fence::key_apply_script()] {
-                    let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(code).query_async(&mut cm).await.map_err(transient)?;
-                }
-                Ok(RedisConn::Standalone(cm))
-            }
-            RedisMode::Cluster => {
-                let client = redis::cluster::ClusterClientBuilder::new(cfg.urls.clone())
-                    .response_timeout(timeout)
-                    .connection_timeout(timeout)
-                    .build()
-                    .map_err(transient)?;
-                match client.get_async_connection().await {
-                    Ok(c) => Ok(RedisConn::Cluster(c)),
-                    Err(e) if e.to_string().contains("cluster support disabled") => {
-                        Err(mode_mismatch("cluster", "is a standalone server (cluster support disabled); set redis.mode = \"standalone\""))
-                    }
-                    Err(e) => Err(transient(e)),
-                }
-            }
-        }
-    }
-
-    /// Run one command, routed by its key in cluster mode.
-    pub async fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, RedisError> {
-        match self {
-            RedisConn::Standalone(c) => cmd.query_async(c).await,
-            RedisConn::Cluster(c) => cmd.query_async(c).await,
-        }
-    }
-
-    /// GET a string key.
-    pub async fn get(&mut self, key: &str) -> Result<Option<String>, RedisError> {
-        match self {
-            RedisConn::Standalone(c) => c.get(key).await,
-            RedisConn::Cluster(c) => c.get(key).await,
-        }
-    }
-
-    /// SET a string key.
-    pub async fn set(&mut self, key: &str, value: &str) -> Result<(), RedisError> {
-        match self {
-            RedisConn::Standalone(c) => c.set(key, value).await,
-            RedisConn::Cluster(c) => c.set(key, value).await,
-        }
-    }
-
-    /// Run a Lua script (EVALSHA, loading it on NOSCRIPT), routed by its first key.
-    pub async fn eval<T: redis::FromRedisValue>(&mut self, code: &str, keys: &[String], args: &[String]) -> Result<T, RedisError> {
-        let script = redis::Script::new(code);
-        let mut inv = script.prepare_invoke();
-        for k in keys {
-            inv.key(k);
-        }
-        for a in args {
-            inv.arg(a);
-        }
-        match self {
-            RedisConn::Standalone(c) => inv.invoke_async(c).await,
-            RedisConn::Cluster(c) => inv.invoke_async(c).await,
-        }
-    }
-
-    /// Apply one key change at fence position `pos` under fencing token `token`, following
-    /// "Writing one key" in `binval_protocol::fence`: skip when the version token is already
-    /// newer, else every replica through the replica script, then the version token. Re-applying a change is a no-op; an older change never
-    /// overwrites a newer one.
+    /// Apply one key change at fence position `w.position` under fencing token
+    /// `w.fencing_token`, following "Writing one key" in `binval_protocol::fence`: skip when
+    /// the version token is already newer, else every replica through the replica script, then
+    /// the version token. Re-applying a change is a no-op; an older change never overwrites a
+    /// newer one.
     ///
     /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
-    /// token; transient/definite Redis errors per [`classify`].
-    pub async fn apply(&self, ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Result<Applied, Error> {
+    /// token; transient/definite Redis errors per [`classify_redis`].
+    pub async fn apply(&self, ch: &KeyChange, w: &WriteCtx) -> Result<Applied, Error> {
+        let pos = w.position;
         let vkey = version_key(&ch.key);
-        let args = replica_args(ch, pos, token, tombstone_ttl_ms);
+        let args = replica_args(ch, pos, w.fencing_token, w.tombstone_ttl_ms);
         let (written, version_moved, lost) = match self {
             RedisConn::Standalone(c) => {
                 let mut c = c.clone();
@@ -144,7 +60,7 @@ impl RedisConn {
                     cmd.arg(replica_key(&ch.key, i));
                 }
                 cmd.arg(&args);
-                let (w, m, l, skipped): (u32, i64, i64, i64) = cmd.query_async(&mut c).await.map_err(|e| classify(e, &ch.key))?;
+                let (w, m, l, skipped): (u32, i64, i64, i64) = cmd.query_async(&mut c).await.map_err(|e| classify_redis(e, &ch.key))?;
                 if skipped == 1 {
                     return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
                 }
@@ -163,7 +79,7 @@ impl RedisConn {
                     async move {
                         let mut inv = scripts().replica.key(&rk);
                         inv.arg(args);
-                        let r: i64 = inv.invoke_async(&mut c).await.map_err(|e| classify(e, &rk))?;
+                        let r: i64 = inv.invoke_async(&mut c).await.map_err(|e| classify_redis(e, &rk))?;
                         crate::failpoint::hit("redis.after_replica");
                         Ok::<i64, Error>(r)
                     }
@@ -175,16 +91,21 @@ impl RedisConn {
                     crate::failpoint::hit("redis.before_version");
                     // 3. The token, only after every replica acknowledged.
                     let mut c = c.clone();
-                    let v: i64 =
-                        scripts().version.key(&vkey).arg(pos.0.to_string()).invoke_async(&mut c).await.map_err(|e| classify(e, &vkey))?;
+                    let v: i64 = scripts()
+                        .version
+                        .key(&vkey)
+                        .arg(pos.0.to_string())
+                        .invoke_async(&mut c)
+                        .await
+                        .map_err(|e| classify_redis(e, &vkey))?;
                     (results.iter().filter(|r| **r == 1).count() as u32, v == 1, false)
                 }
             }
         };
         if lost {
             return Err(TransientError::LeaseLost {
-                source_name: String::new(),
-                message: format!("a replica of key {} was written under a newer fencing token than {token}", ch.key),
+                source_name: w.source_name.to_string(),
+                message: format!("a replica of key {} was written under a newer fencing token than {}", ch.key, w.fencing_token),
             }
             .into());
         }
@@ -194,14 +115,14 @@ impl RedisConn {
     async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>, w: &WriteCtx) -> Result<Vec<(usize, Applied)>, Error> {
         let mut out = Vec::with_capacity(idx.len());
         for i in idx {
-            out.push((i, self.apply(&changes[i], w.position, w.token, w.tombstone_ttl_ms).await?));
+            out.push((i, self.apply(&changes[i], w).await?));
         }
         Ok(out)
     }
 
     /// Apply the key changes of one transaction (all at the transaction's fence position);
     /// returns the outcome of each change, index for index. Callers pass at most one change
-    /// per key (see [`collapse_per_key`]): two changes at the same position would be a no-op
+    /// per key (see [`crate::mapping::collapse_per_key`]): two changes at the same position would be a no-op
     /// re-apply for the second. Different keys are applied concurrently.
     pub async fn apply_all(&self, changes: &[KeyChange], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
         let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -235,17 +156,8 @@ impl RedisConn {
     /// batched `KEY_CONCURRENCY` keys at a time).
     pub async fn invalidate_template(&self, template: &KeyTemplate, replicas: u32, table: &Arc<str>, w: &WriteCtx) -> Result<u64, Error> {
         let pattern = format!("{}:ver", template.glob());
-        let mut keys: Vec<String> = Vec::new();
-        match self {
-            RedisConn::Standalone(c) => scan_into(&mut c.clone(), &pattern, &mut keys).await?,
-            RedisConn::Cluster(_) => {
-                for mut node in self.cluster_masters().await? {
-                    scan_into(&mut node, &pattern, &mut keys).await?;
-                }
-            }
-        }
-        keys.sort();
-        keys.dedup();
+        let keys: Vec<String> =
+            self.scan_match(&pattern).await?.into_iter().filter_map(|k| k.strip_suffix(":ver").map(String::from)).collect();
         let n = keys.len() as u64;
         for chunk in keys.chunks(4096) {
             let changes: Vec<KeyChange> = chunk
@@ -279,38 +191,12 @@ impl RedisConn {
         Ok(done)
     }
 
-    /// A plain connection to every Cluster master (SCAN runs per node).
-    async fn cluster_masters(&self) -> Result<Vec<redis::aio::MultiplexedConnection>, Error> {
-        let RedisConn::Cluster(c) = self else { return Ok(Vec::new()) };
-        let mut c = c.clone();
-        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await.map_err(transient)?;
-        let mut urls = Vec::new();
-        if let redis::Value::Array(ranges) = slots {
-            for r in ranges {
-                let redis::Value::Array(items) = r else { continue };
-                let Some(redis::Value::Array(master)) = items.get(2) else { continue };
-                let (Some(redis::Value::BulkString(host)), Some(redis::Value::Int(port))) = (master.first(), master.get(1)) else {
-                    continue;
-                };
-                urls.push(format!("redis://{}:{port}", String::from_utf8_lossy(host)));
-            }
-        }
-        urls.sort();
-        urls.dedup();
-        let mut out = Vec::new();
-        for u in urls {
-            let client = redis::Client::open(u.as_str()).map_err(transient)?;
-            out.push(client.get_multiplexed_async_connection().await.map_err(transient)?);
-        }
-        Ok(out)
-    }
-
     /// The version token of logical key `key` (0 when never written). A token that is not a
     /// decimal integer is a definite error naming the key.
     pub async fn read_version(&self, key: &str) -> Result<u64, Error> {
         let vkey = version_key(key);
         let mut c = self.clone();
-        let raw: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(&vkey)).await.map_err(|e| classify(e, &vkey))?;
+        let raw: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(&vkey)).await.map_err(|e| classify_redis(e, &vkey))?;
         parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey, message: m }.into())
     }
 
@@ -322,31 +208,10 @@ impl RedisConn {
         let mut positions = Vec::with_capacity(replicas as usize);
         for r in 0..replicas {
             let rk = replica_key(key, r);
-            let p: Option<String> = c.query(redis::cmd("HGET").arg(&rk).arg(FIELD_POSITION)).await.map_err(|e| classify(e, &rk))?;
+            let p: Option<String> = c.query(redis::cmd("HGET").arg(&rk).arg(FIELD_POSITION)).await.map_err(|e| classify_redis(e, &rk))?;
             positions.push(p.and_then(|p| p.parse().ok()));
         }
         Ok((version, positions))
-    }
-}
-
-/// `SCAN MATCH pattern` over one node, appending logical keys (the `:ver` suffix removed).
-async fn scan_into<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, keys: &mut Vec<String>) -> Result<(), Error> {
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await
-            .map_err(|e| classify(e, pattern))?;
-        keys.extend(batch.into_iter().filter_map(|k| k.strip_suffix(":ver").map(String::from)));
-        cursor = next;
-        if cursor == 0 {
-            return Ok(());
-        }
     }
 }
 
@@ -364,46 +229,17 @@ pub struct Applied {
 }
 
 /// Per-transaction write context.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct WriteCtx {
-    /// Fence position of the transaction.
+    /// Fence position of the transaction (the order of writes, see [`crate::write::fence`]).
     pub position: FencePosition,
-    /// Fencing token of this instance's lease.
-    pub token: u64,
+    /// Fencing token of the tenure writing (see [`crate::ha::lease`]): replicas refuse writes
+    /// under an older token than the one they hold.
+    pub fencing_token: u64,
+    /// Source name (`source.name`), named by [`TransientError::LeaseLost`].
+    pub source_name: Arc<str>,
     /// Tombstone TTL, ms.
     pub tombstone_ttl_ms: u64,
-}
-
-/// Keep only the last change of each key within one transaction (all of a transaction's
-/// changes share its fence position, and only the state after the commit is ever visible to
-/// readers). The kept change has the last op, except that a key inserted and then updated in
-/// the same transaction stays an `insert`. Kept changes stay in the order of their last appearance.
-pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
-    if changes.len() < 2 {
-        return;
-    }
-    let mut last: HashMap<String, usize> = HashMap::with_capacity(changes.len());
-    for (i, c) in changes.iter().enumerate() {
-        last.insert(c.key.clone(), i);
-    }
-    if last.len() == changes.len() {
-        return;
-    }
-    let mut first_op: HashMap<String, Op> = HashMap::new();
-    for c in changes.iter() {
-        first_op.entry(c.key.clone()).or_insert(c.op);
-    }
-    let mut i = 0;
-    changes.retain(|c| {
-        let keep = last[&c.key] == i;
-        i += 1;
-        keep
-    });
-    for c in changes.iter_mut() {
-        if first_op[&c.key] == Op::Insert && c.op == Op::Update {
-            c.op = Op::Insert;
-        }
-    }
 }
 
 struct Scripts {
@@ -421,43 +257,14 @@ fn scripts() -> &'static Scripts {
 }
 
 /// ARGV of the replica script for `ch`.
-fn replica_args(ch: &KeyChange, pos: FencePosition, token: u64, tombstone_ttl_ms: u64) -> Vec<String> {
+fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombstone_ttl_ms: u64) -> Vec<String> {
     let (kind, payload, ttl_ms) = match (&ch.payload, ch.op) {
         (_, Op::Delete) => ("del", String::new(), tombstone_ttl_ms),
         (Some(p), _) => ("set", p.clone(), ch.ttl_secs * 1000),
         // Invalidate mode: no payload, readers go to their loader.
         (None, _) => ("inv", String::new(), if ch.ttl_secs > 0 { ch.ttl_secs * 1000 } else { tombstone_ttl_ms }),
     };
-    vec![pos.0.to_string(), token.to_string(), kind.into(), payload, ttl_ms.to_string()]
-}
-
-fn mode_mismatch(mode: &str, what: &str) -> Error {
-    Error::config("redis.mode", format!("mode is {mode} but the server {what}"))
-}
-
-fn transient(e: RedisError) -> Error {
-    TransientError::Redis(e.to_string()).into()
-}
-
-/// Transient: I/O, timeouts, dropped connections, cluster moves/down/try-again, LOADING, BUSY.
-/// Definite: everything the server refuses for the data itself (WRONGTYPE, ...).
-fn classify(e: RedisError, key: &str) -> Error {
-    use redis::ErrorKind::*;
-    let retry = e.is_io_error()
-        || e.is_timeout()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_cluster_error()
-        || matches!(e.kind(), Server(_)) && {
-            let s = e.to_string();
-            ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "NOSCRIPT"].iter().any(|c| s.contains(c))
-        };
-    let _ = (Io, Client);
-    if retry {
-        TransientError::Redis(format!("key {key}: {e}")).into()
-    } else {
-        DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
-    }
+    vec![pos.0.to_string(), fencing_token.to_string(), kind.into(), payload, ttl_ms.to_string()]
 }
 
 #[cfg(test)]
@@ -466,21 +273,6 @@ mod tests {
 
     fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
         KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
-    }
-
-    #[test]
-    fn one_change_per_key_per_transaction_the_state_after_commit() {
-        let mut v = vec![
-            ch("a", Op::Insert, Some("1")),
-            ch("b", Op::Update, Some("x")),
-            ch("a", Op::Update, Some("2")),
-            ch("c", Op::Update, Some("y")),
-            ch("c", Op::Delete, None),
-            ch("a", Op::Update, Some("3")),
-        ];
-        collapse_per_key(&mut v);
-        let got: Vec<(&str, Op, Option<&str>)> = v.iter().map(|c| (c.key.as_str(), c.op, c.payload.as_deref())).collect();
-        assert_eq!(got, vec![("b", Op::Update, Some("x")), ("c", Op::Delete, None), ("a", Op::Insert, Some("3"))]);
     }
 
     #[test]
