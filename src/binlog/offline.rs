@@ -246,37 +246,31 @@ fn handle(
                 TableSchema::from_table_map_positional(tme, mariadb)
             };
             tables.table_map(tme, None, prepare).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
-            emit(line);
         }
-        EventData::RowsEvent(rows) => on_rows(file, pos, &rows, line, tables, sum, emit)?,
+        EventData::RowsEvent(rows) => return on_rows(file, pos, &rows, line, tables, sum, emit),
         // Its inner events (reported at the payload's position) follow from the framer once
         // the whole payload has been read: a damaged payload emits none of its rows.
-        EventData::TransactionPayloadEvent(_) => emit(line),
-        EventData::QueryEvent(q) => {
-            line["query"] = json!(q.query());
-            emit(line);
-        }
-        EventData::RotateEvent(r) => {
-            line["next_file"] = json!(r.name());
-            emit(line);
-        }
-        EventData::XidEvent(x) => {
-            line["xid"] = json!(x.xid);
-            emit(line);
-        }
+        EventData::TransactionPayloadEvent(_) => {}
+        other => describe(&other, &mut line),
+    }
+    emit(line);
+    Ok(())
+}
+
+/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT or MySQL GTID event shows.
+fn describe(data: &EventData<'_>, line: &mut Json) {
+    match data {
+        EventData::QueryEvent(q) => line["query"] = json!(q.query()),
+        EventData::RotateEvent(r) => line["next_file"] = json!(r.name()),
+        EventData::XidEvent(x) => line["xid"] = json!(x.xid),
         EventData::IncidentEvent(i) => {
             // Reported, not fatal, in a file read (the live source stops on it).
             line["incident"] = json!(format!("{:?}", i.incident_type()));
             line["message"] = json!(i.message());
-            emit(line);
         }
-        EventData::GtidEvent(g) => {
-            line["gno"] = json!(g.gno());
-            emit(line);
-        }
-        _ => emit(line),
+        EventData::GtidEvent(g) => line["gno"] = json!(g.gno()),
+        _ => {}
     }
-    Ok(())
 }
 
 /// A row event: its line (with the table and the number of rows), then one line per row. A row
