@@ -399,7 +399,7 @@ async fn case_24_idle_source_with_heartbeats_and_annotate_rows() {
     // reconnect), and rows after the idle time arrive. MySQL's HEARTBEAT_LOG_EVENT_V2 (41) is
     // never written to a file and no MySQL server runs here: the source skips type 41 like the
     // MariaDB types mysql_common does not know, and stops on any other unknown type that is not
-    // marked ignorable (src/source.rs).
+    // marked ignorable (src/binlog/framing.rs).
     let db = tk::mariadb();
     let name = db.create_database("case24").unwrap();
     let from = binlog_rows::binlog_now(db);
@@ -471,15 +471,15 @@ async fn case_26_gtid_resume_and_purged_position() {
 //   shared files holds a document over 64 KiB (mysql_common parses the large format; not
 //   checked against a real file here).
 // - 15 (partial JSON): MySQL-only. Diffs are applied to the before image's value
-//   (src/decode.rs `apply_json_diffs`; unit test `json_diffs_apply_to_the_before_value` holds
+//   (src/binlog/decode/json_diff.rs `apply_json_diffs`; unit test `json_diffs_apply_to_the_before_value` holds
 //   the case's A-D). json.binlog.000001 writes its diffs with a MINIMAL before image (case
 //   15 E): binval stops there, naming the table, the column and the position
 //   (tests/offline.rs), rather than guess; rebuilding from the cache's own state needs the
 //   redis sink (see the report of issue #3).
 // - 22 (TRANSACTION_PAYLOAD): transaction_compression.000001 (tests/offline.rs: the inner row
 //   is decoded; a damaged payload stops the reader and emits none of its rows). The live path
-//   unwraps payloads with the same function (src/decode.rs `transaction_payload_events`, unit
-//   test `transaction_payload_unwraps_and_fails_loudly`).
+//   unwraps payloads with the same framing (src/binlog/framing/payload.rs
+//   `transaction_payload_events`, unit test `transaction_payload_unwraps_and_fails_loudly`).
 // - 28 (stale connection): not a decoder case; tests/pipeline.rs
 //   `a_dropped_replica_connection_reconnects_and_misses_nothing` and the source's silence limit
 //   (three heartbeat periods).

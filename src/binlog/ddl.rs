@@ -33,115 +33,129 @@ impl TableDdl {
 /// Returns `None` for anything else (DML, CREATE, column-level ALTER, ...).
 pub fn classify(query: &str, default_schema: &str) -> Option<TableDdl> {
     let toks = tokenize(query);
-    let kw = |i: usize| toks.get(i).map(|t| t.to_ascii_uppercase()).unwrap_or_default();
-    let mut i = 0;
-    match kw(0).as_str() {
+    match kw(&toks, 0).as_str() {
         // MariaDB: CREATE OR REPLACE TABLE drops the table and creates it anew.
-        "CREATE" if kw(1) == "OR" && kw(2) == "REPLACE" && kw(3) == "TABLE" => {
-            i = 4;
-            if kw(i) == "IF" && kw(i + 1) == "NOT" && kw(i + 2) == "EXISTS" {
+        "CREATE" if kw(&toks, 1) == "OR" && kw(&toks, 2) == "REPLACE" && kw(&toks, 3) == "TABLE" => {
+            let mut i = 4;
+            if kw(&toks, i) == "IF" && kw(&toks, i + 1) == "NOT" && kw(&toks, i + 2) == "EXISTS" {
                 i += 3;
             }
             let (t, _) = name_at(&toks, i, default_schema)?;
             Some(TableDdl { kind: "CREATE OR REPLACE TABLE", tables: vec![t] })
         }
         "TRUNCATE" => {
-            i += 1;
-            if kw(i) == "TABLE" {
-                i += 1;
-            }
+            let i = if kw(&toks, 1) == "TABLE" { 2 } else { 1 };
             let (t, _) = name_at(&toks, i, default_schema)?;
             Some(TableDdl { kind: "TRUNCATE", tables: vec![t] })
         }
-        "DROP" => {
-            i += 1;
-            if kw(i) == "TEMPORARY" {
-                return None;
-            }
-            if kw(i) != "TABLE" {
-                return None;
-            }
-            i += 1;
-            if kw(i) == "IF" && kw(i + 1) == "EXISTS" {
-                i += 2;
-            }
-            let mut tables = Vec::new();
-            while let Some((t, next)) = name_at(&toks, i, default_schema) {
-                tables.push(t);
-                if toks.get(next).map(String::as_str) == Some(",") {
-                    i = next + 1;
-                } else {
-                    break;
-                }
-            }
-            (!tables.is_empty()).then_some(TableDdl { kind: "DROP TABLE", tables })
-        }
-        "RENAME" if kw(1) == "TABLE" => {
-            i = 2;
-            let mut tables = Vec::new();
-            while let Some((from, next)) = name_at(&toks, i, default_schema) {
-                tables.push(from);
-                if kw(next) != "TO" {
-                    break;
-                }
-                let Some((to, after)) = name_at(&toks, next + 1, default_schema) else { break };
-                tables.push(to);
-                if toks.get(after).map(String::as_str) == Some(",") {
-                    i = after + 1;
-                } else {
-                    break;
-                }
-            }
-            (!tables.is_empty()).then_some(TableDdl { kind: "RENAME TABLE", tables })
-        }
-        "ALTER" => {
-            i = 1;
-            if kw(i) == "ONLINE" || kw(i) == "IGNORE" {
-                i += 1;
-            }
-            if kw(i) != "TABLE" {
-                return None;
-            }
-            let (t, next) = name_at(&toks, i + 1, default_schema)?;
-            // RENAME anywhere at clause level (not RENAME COLUMN / RENAME INDEX / RENAME KEY);
-            // partition operations that remove or swap rows without row events.
-            let mut j = next;
-            while j < toks.len() {
-                let w = toks[j].to_ascii_uppercase();
-                if matches!(w.as_str(), "TRUNCATE" | "DROP" | "EXCHANGE") && kw(j + 1) == "PARTITION" {
-                    let kind = match w.as_str() {
-                        "TRUNCATE" => "ALTER TABLE ... TRUNCATE PARTITION",
-                        "DROP" => "ALTER TABLE ... DROP PARTITION",
-                        _ => "ALTER TABLE ... EXCHANGE PARTITION",
-                    };
-                    let mut tables = vec![t.clone()];
-                    if w == "EXCHANGE" {
-                        // EXCHANGE PARTITION p WITH TABLE other
-                        if let Some(w2) = (j + 2..toks.len()).find(|&x| toks[x].eq_ignore_ascii_case("TABLE")) {
-                            if let Some((other, _)) = name_at(&toks, w2 + 1, default_schema) {
-                                tables.push(other);
-                            }
-                        }
-                    }
-                    return Some(TableDdl { kind, tables });
-                }
-                if toks[j].eq_ignore_ascii_case("RENAME") {
-                    let nk = kw(j + 1);
-                    if !matches!(nk.as_str(), "COLUMN" | "INDEX" | "KEY") {
-                        let k = if nk == "TO" || nk == "AS" { j + 2 } else { j + 1 };
-                        let mut tables = vec![t];
-                        if let Some((to, _)) = name_at(&toks, k, default_schema) {
-                            tables.push(to);
-                        }
-                        return Some(TableDdl { kind: "ALTER TABLE ... RENAME", tables });
-                    }
-                }
-                j += 1;
-            }
-            None
-        }
+        "DROP" => drop_table(&toks, default_schema),
+        "RENAME" if kw(&toks, 1) == "TABLE" => rename_table(&toks, default_schema),
+        "ALTER" => alter_table(&toks, default_schema),
         _ => None,
     }
+}
+
+/// Token `i` in upper case; empty past the end.
+fn kw(toks: &[String], i: usize) -> String {
+    toks.get(i).map(|t| t.to_ascii_uppercase()).unwrap_or_default()
+}
+
+/// `DROP TABLE [IF EXISTS] t1[, t2...]` (not `DROP TEMPORARY TABLE`).
+fn drop_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
+    let mut i = 1;
+    if kw(toks, i) == "TEMPORARY" {
+        return None;
+    }
+    if kw(toks, i) != "TABLE" {
+        return None;
+    }
+    i += 1;
+    if kw(toks, i) == "IF" && kw(toks, i + 1) == "EXISTS" {
+        i += 2;
+    }
+    let mut tables = Vec::new();
+    while let Some((t, next)) = name_at(toks, i, default_schema) {
+        tables.push(t);
+        if toks.get(next).map(String::as_str) == Some(",") {
+            i = next + 1;
+        } else {
+            break;
+        }
+    }
+    (!tables.is_empty()).then_some(TableDdl { kind: "DROP TABLE", tables })
+}
+
+/// `RENAME TABLE a TO b[, c TO d...]`: the tables in (from, to) pairs.
+fn rename_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
+    let mut i = 2;
+    let mut tables = Vec::new();
+    while let Some((from, next)) = name_at(toks, i, default_schema) {
+        tables.push(from);
+        if kw(toks, next) != "TO" {
+            break;
+        }
+        let Some((to, after)) = name_at(toks, next + 1, default_schema) else { break };
+        tables.push(to);
+        if toks.get(after).map(String::as_str) == Some(",") {
+            i = after + 1;
+        } else {
+            break;
+        }
+    }
+    (!tables.is_empty()).then_some(TableDdl { kind: "RENAME TABLE", tables })
+}
+
+/// `ALTER [ONLINE|IGNORE] TABLE t ...` with a RENAME or a partition operation that removes or
+/// swaps rows.
+fn alter_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
+    let mut i = 1;
+    if kw(toks, i) == "ONLINE" || kw(toks, i) == "IGNORE" {
+        i += 1;
+    }
+    if kw(toks, i) != "TABLE" {
+        return None;
+    }
+    let (t, next) = name_at(toks, i + 1, default_schema)?;
+    // RENAME anywhere at clause level (not RENAME COLUMN / RENAME INDEX / RENAME KEY);
+    // partition operations that remove or swap rows without row events.
+    for j in next..toks.len() {
+        let w = toks[j].to_ascii_uppercase();
+        if matches!(w.as_str(), "TRUNCATE" | "DROP" | "EXCHANGE") && kw(toks, j + 1) == "PARTITION" {
+            return Some(partition_ddl(toks, j, &w, t, default_schema));
+        }
+        if toks[j].eq_ignore_ascii_case("RENAME") {
+            let nk = kw(toks, j + 1);
+            if !matches!(nk.as_str(), "COLUMN" | "INDEX" | "KEY") {
+                let k = if nk == "TO" || nk == "AS" { j + 2 } else { j + 1 };
+                let mut tables = vec![t];
+                if let Some((to, _)) = name_at(toks, k, default_schema) {
+                    tables.push(to);
+                }
+                return Some(TableDdl { kind: "ALTER TABLE ... RENAME", tables });
+            }
+        }
+    }
+    None
+}
+
+/// `ALTER TABLE t TRUNCATE|DROP|EXCHANGE PARTITION ...` with `w` (upper case) at token `j`;
+/// EXCHANGE names the other table too.
+fn partition_ddl(toks: &[String], j: usize, w: &str, t: String, default_schema: &str) -> TableDdl {
+    let kind = match w {
+        "TRUNCATE" => "ALTER TABLE ... TRUNCATE PARTITION",
+        "DROP" => "ALTER TABLE ... DROP PARTITION",
+        _ => "ALTER TABLE ... EXCHANGE PARTITION",
+    };
+    let mut tables = vec![t];
+    if w == "EXCHANGE" {
+        // EXCHANGE PARTITION p WITH TABLE other
+        if let Some(w2) = (j + 2..toks.len()).find(|&x| toks[x].eq_ignore_ascii_case("TABLE")) {
+            if let Some((other, _)) = name_at(toks, w2 + 1, default_schema) {
+                tables.push(other);
+            }
+        }
+    }
+    TableDdl { kind, tables }
 }
 
 /// Split into identifiers (backquotes removed), `.` and `,` tokens; comments and strings

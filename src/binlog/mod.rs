@@ -5,6 +5,8 @@
 //! |---|---|
 //! | [`server`] | the source server: connect, preflight, binary logs, schema checks |
 //! | [`reader`] | the replica connection: start/resume, heartbeats, reconnect, events -> transactions |
+//! | `events` | the live reader's handler per event type (rotate, TABLE_MAP, rows, XID, GTID, query...) |
+//! | [`framing`] | events as stored -> events to handle, shared by both readers: MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, skippable unknown events, the TABLE_MAP cache |
 //! | [`decode`] | TABLE_MAP + row events -> rows with named columns, canonical JSON values |
 //! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
 //! | [`txn`] | rows grouped by transaction; only committed transactions go on |
@@ -12,6 +14,8 @@
 
 pub mod ddl;
 pub mod decode;
+mod events;
+pub mod framing;
 pub mod offline;
 pub mod reader;
 pub mod server;

@@ -10,18 +10,22 @@
 //! MariaDB compressed events (`log_bin_compress=ON`: QUERY_COMPRESSED, the compressed row
 //! events) are decompressed and decoded as the plain events they wrap, keeping their own event
 //! name in the output; one that cannot be decompressed stops the reader.
+//!
+//! The rules for those events, for MariaDB GTID events, for unknown event types and for
+//! repeated TABLE_MAPs are the live reader's ([`crate::binlog::framing`]); what is the offline
+//! reader's own is reading the file (event lengths, CRC32 checksums) and the JSON lines.
 
-use std::collections::HashMap;
+use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
-use std::sync::Arc;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
-use mysql_common::binlog::events::{Event, EventData};
+use mysql_common::binlog::events::{Event, EventData, RowsEventData};
 use mysql_common::binlog::EventStreamReader;
 use serde_json::{json, Value as Json};
 
 use crate::binlog::decode::{decode_rows, RowKind, TableSchema};
+use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, TableMaps, MARIADB_GTID_EVENT};
 
 /// Binlog file magic: `\xfe` `bin`.
 const MAGIC: [u8; 4] = [0xfe, b'b', b'i', b'n'];
@@ -76,52 +80,23 @@ pub struct Summary {
 pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
     let file = path.display().to_string();
     let io = |e: std::io::Error| OfflineError::Io { file: file.clone(), source: e };
-    let mut f = BufReader::new(std::fs::File::open(path).map_err(io)?);
+    let mut f = BufReader::new(File::open(path).map_err(io)?);
     let len = f.get_ref().metadata().map_err(io)?.len();
     let mut magic = [0u8; 4];
     if f.read_exact(&mut magic).is_err() || magic != MAGIC {
         return Err(OfflineError::NotABinlog { file });
     }
     let mut esr = EventStreamReader::new(BinlogVersion::Version4);
-    let mut tables: HashMap<u64, Arc<TableSchema>> = HashMap::new();
+    let mut framer = Framer::new();
+    let mut tables = TableMaps::new();
     let mut sum = Summary::default();
     let mut pos: u64 = 4;
     let start = start.unwrap_or(4);
     let stop = stop.unwrap_or(u64::MAX);
     // The FORMAT_DESCRIPTION at 4 is always read, so a later start knows checksums and sizes.
     let mut skipping = start > 4;
-    loop {
-        if pos >= stop {
-            break;
-        }
-        if pos >= len {
-            break;
-        }
-        if len - pos < HEADER_LEN as u64 {
-            return Err(OfflineError::Truncated {
-                file,
-                pos,
-                detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos),
-            });
-        }
-        let mut buf = vec![0u8; HEADER_LEN];
-        f.read_exact(&mut buf).map_err(io)?;
-        let size = u32::from_le_bytes(buf[9..13].try_into().unwrap()) as u64;
-        if size < HEADER_LEN as u64 {
-            return Err(OfflineError::Corrupt { file, pos, detail: format!("event length {size} is shorter than its header") });
-        }
-        if pos + size > len {
-            return Err(OfflineError::Truncated {
-                file,
-                pos,
-                detail: format!("event of {size} bytes, only {} left in the file", len - pos),
-            });
-        }
-        buf.resize(size as usize, 0);
-        f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
-        let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
-        let Some(ev) = ev else { break };
-        verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;
+    while pos < stop && pos < len {
+        let Some((ev, size)) = read_event(&mut f, &mut esr, &file, pos, len)? else { break };
         let here = pos;
         pos += size;
         if skipping {
@@ -131,10 +106,46 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
             pos = start;
             continue;
         }
-        handle(&file, here, &ev, &mut esr, &mut tables, &mut sum, &mut emit)?;
+        framer.push(ev);
+        for framed in framer.by_ref() {
+            let framed = framed.map_err(|e| framing_error(&file, here, e))?;
+            handle(&file, here, &framed, &esr, &mut tables, &mut sum, &mut emit)?;
+        }
     }
     sum.end_pos = pos;
     Ok(sum)
+}
+
+/// Read the event at `pos` (`len`: the file's length): its header, then the rest of its
+/// length, parsed and its checksum checked. Returns the event and its size, or `None` when
+/// mysql_common reads no event there.
+fn read_event(
+    f: &mut BufReader<File>,
+    esr: &mut EventStreamReader,
+    file: &str,
+    pos: u64,
+    len: u64,
+) -> Result<Option<(Event, u64)>, OfflineError> {
+    let file = file.to_string();
+    if len - pos < HEADER_LEN as u64 {
+        return Err(OfflineError::Truncated { file, pos, detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos) });
+    }
+    let io = |e: std::io::Error| OfflineError::Io { file: file.clone(), source: e };
+    let mut buf = vec![0u8; HEADER_LEN];
+    f.read_exact(&mut buf).map_err(io)?;
+    let size = u32::from_le_bytes(buf[9..13].try_into().unwrap()) as u64;
+    if size < HEADER_LEN as u64 {
+        return Err(OfflineError::Corrupt { file, pos, detail: format!("event length {size} is shorter than its header") });
+    }
+    if pos + size > len {
+        return Err(OfflineError::Truncated { file, pos, detail: format!("event of {size} bytes, only {} left in the file", len - pos) });
+    }
+    buf.resize(size as usize, 0);
+    f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
+    let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
+    let Some(ev) = ev else { return Ok(None) };
+    verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;
+    Ok(Some((ev, size)))
 }
 
 /// Check an event's CRC32 checksum, when the file's FORMAT_DESCRIPTION announces them
@@ -154,13 +165,31 @@ fn verify_checksum(ev: &Event) -> Result<(), String> {
     Ok(())
 }
 
+/// A framing error of the event at `pos` as the offline reader reports it: a MariaDB
+/// compressed event that cannot be decompressed is a decode error; a payload that cannot be
+/// read, an unreadable event and an unknown event type are corrupt events.
+fn framing_error(file: &str, pos: u64, e: FramingError) -> OfflineError {
+    let corrupt = |detail: String| OfflineError::Corrupt { file: file.into(), pos, detail };
+    match *e.kind {
+        FramingErrorKind::Compressed(source) => OfflineError::Decode { file: file.into(), pos, source },
+        FramingErrorKind::Payload(e) => corrupt(e.to_string()),
+        FramingErrorKind::Unreadable(e) => corrupt(e.to_string()),
+        FramingErrorKind::Unknown => corrupt(format!(
+            "unknown event type {}, not marked ignorable: binval does not pass over events it cannot read",
+            e.header.event_type_raw()
+        )),
+        // Never an error here: a short MariaDB GTID event is reported without its GTID.
+        FramingErrorKind::ShortMariadbGtid { len } => corrupt(format!("MariaDB GTID event of {len} bytes")),
+    }
+}
+
 fn event_name(raw: u8) -> String {
     match EventType::try_from(raw) {
         Ok(t) => format!("{t:?}"),
         Err(_) => match raw {
             160 => "MARIADB_ANNOTATE_ROWS".into(),
             161 => "MARIADB_BINLOG_CHECKPOINT".into(),
-            162 => "MARIADB_GTID".into(),
+            MARIADB_GTID_EVENT => "MARIADB_GTID".into(),
             163 => "MARIADB_GTID_LIST".into(),
             164 => "MARIADB_START_ENCRYPTION".into(),
             165 => "MARIADB_QUERY_COMPRESSED".into(),
@@ -175,136 +204,112 @@ fn event_name(raw: u8) -> String {
     }
 }
 
+/// Handle one framed event of the file at `pos`: one JSON line for it, and one per row of a
+/// row event. A MariaDB compressed event is decoded as the plain event it wraps and reported
+/// under its own type; the inner events of a TRANSACTION_PAYLOAD at the payload's position.
 fn handle(
     file: &str,
     pos: u64,
-    ev: &Event,
-    esr: &mut EventStreamReader,
-    tables: &mut HashMap<u64, Arc<TableSchema>>,
+    framed: &Framed,
+    esr: &EventStreamReader,
+    tables: &mut TableMaps,
     sum: &mut Summary,
     emit: &mut impl FnMut(Json),
 ) -> Result<(), OfflineError> {
-    handle_named(file, pos, ev, None, esr, tables, sum, emit)
-}
-
-/// [`handle`], with `shown_type`: the event type to report (a MariaDB compressed event is
-/// decoded as the plain event it wraps, and reported under its own type).
-#[allow(clippy::too_many_arguments)]
-fn handle_named(
-    file: &str,
-    pos: u64,
-    ev: &Event,
-    shown_type: Option<u8>,
-    esr: &mut EventStreamReader,
-    tables: &mut HashMap<u64, Arc<TableSchema>>,
-    sum: &mut Summary,
-    emit: &mut impl FnMut(Json),
-) -> Result<(), OfflineError> {
-    let corrupt = |detail: String| OfflineError::Corrupt { file: file.into(), pos, detail };
     sum.events += 1;
-    let h = ev.header();
-    let raw = h.event_type_raw();
-    let mut line = json!({"pos": pos, "event": event_name(shown_type.unwrap_or(raw)), "server_id": h.server_id(), "timestamp": h.timestamp(), "next_pos": h.log_pos()});
-    if crate::binlog::decode::mariadb_compressed_plain_type(raw).is_some() {
-        // MariaDB log_bin_compress=ON: decode the plain event it wraps, reported under the
-        // compressed event's name and position.
-        let plain =
-            crate::binlog::decode::uncompress_mariadb_event(ev).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
-        sum.events -= 1;
-        return handle_named(file, pos, &plain, Some(raw), esr, tables, sum, emit);
-    }
-    if raw == 162 {
-        let d = ev.data();
-        if d.len() >= 13 {
-            let seq = u64::from_le_bytes(d[0..8].try_into().unwrap());
-            let domain = u32::from_le_bytes(d[8..12].try_into().unwrap());
-            line["gtid"] = json!(format!("{domain}-{}-{seq}", h.server_id()));
+    let h = framed.event.header();
+    let mut line = json!({"pos": pos, "event": event_name(framed.stored_type), "server_id": h.server_id(), "timestamp": h.timestamp(), "next_pos": h.log_pos()});
+    let data = match framed.body() {
+        Ok(Body::Data(data)) => data,
+        Ok(Body::MariadbGtid(g)) => {
+            line["gtid"] = json!(g.gtid.to_string());
+            emit(line);
+            return Ok(());
         }
-        emit(line);
-        return Ok(());
-    }
-    let data = ev.read_data().map_err(|e| corrupt(e.to_string()))?;
-    if data.is_none() && !crate::binlog::decode::skippable_unknown_event(raw, h.flags_raw()) {
-        return Err(corrupt(format!("unknown event type {raw}, not marked ignorable: binval does not pass over events it cannot read")));
-    }
+        Ok(Body::Skipped) => {
+            emit(line);
+            return Ok(());
+        }
+        // A short MariaDB GTID event is reported without its GTID, not refused.
+        Err(e) if matches!(*e.kind, FramingErrorKind::ShortMariadbGtid { .. }) => {
+            emit(line);
+            return Ok(());
+        }
+        Err(e) => return Err(framing_error(file, pos, e)),
+    };
     match data {
-        Some(EventData::TableMapEvent(tme)) => {
+        EventData::TableMapEvent(tme) => {
             line["table"] = json!(format!("{}.{}", tme.database_name(), tme.table_name()));
             line["table_id"] = json!(tme.table_id());
-            let id = tme.table_id();
-            // An identical TABLE_MAP (one precedes every statement's rows) keeps its schema.
-            if !tables.get(&id).is_some_and(|t| t.same_table_map(&tme)) {
+            let prepare = |tme| {
                 let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
-                let schema = TableSchema::from_table_map_positional(tme.into_owned(), mariadb).map_err(|e| OfflineError::Decode {
-                    file: file.into(),
-                    pos,
-                    source: e,
-                })?;
-                tables.insert(id, Arc::new(schema));
-            }
-            emit(line);
+                TableSchema::from_table_map_positional(tme, mariadb)
+            };
+            tables.table_map(tme, None, prepare).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
         }
-        Some(EventData::RowsEvent(rows)) => {
-            sum.row_events += 1;
-            let t = tables.get(&rows.table_id()).cloned().ok_or_else(|| OfflineError::Decode {
-                file: file.into(),
-                pos,
-                source: crate::binlog::decode::DecodeError::NoTableMap { table_id: rows.table_id() },
-            })?;
-            let mut out = Vec::new();
-            decode_rows(&t, &rows, &mut out).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
-            line["table"] = json!(&*t.name);
-            line["rows"] = json!(out.len());
-            emit(line);
-            for r in out {
-                sum.rows += 1;
-                let kind = match r.kind {
-                    RowKind::Insert => "insert",
-                    RowKind::Update => "update",
-                    RowKind::Delete => "delete",
-                };
-                let mut row = json!({"pos": pos, "table": &*r.table, "kind": kind});
-                if let Some(b) = r.before {
-                    row["before"] = Json::Object(b);
-                }
-                if let Some(a) = r.after {
-                    row["after"] = Json::Object(a);
-                }
-                emit(row);
-            }
-        }
-        Some(EventData::TransactionPayloadEvent(_)) => {
-            emit(line);
-            // Decode every inner event (reported at the payload's position) only once the
-            // whole payload has been read: a damaged payload emits none of its rows.
-            let inner = crate::binlog::decode::transaction_payload_events(ev).map_err(|e| corrupt(e.to_string()))?;
-            for e in &inner {
-                handle(file, pos, e, esr, tables, sum, emit)?;
-            }
-        }
-        Some(EventData::QueryEvent(q)) => {
-            line["query"] = json!(q.query());
-            emit(line);
-        }
-        Some(EventData::RotateEvent(r)) => {
-            line["next_file"] = json!(r.name());
-            emit(line);
-        }
-        Some(EventData::XidEvent(x)) => {
-            line["xid"] = json!(x.xid);
-            emit(line);
-        }
-        Some(EventData::IncidentEvent(i)) => {
+        EventData::RowsEvent(rows) => return on_rows(file, pos, &rows, line, tables, sum, emit),
+        // Its inner events (reported at the payload's position) follow from the framer once
+        // the whole payload has been read: a damaged payload emits none of its rows.
+        EventData::TransactionPayloadEvent(_) => {}
+        other => describe(&other, &mut line),
+    }
+    emit(line);
+    Ok(())
+}
+
+/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT or MySQL GTID event shows.
+fn describe(data: &EventData<'_>, line: &mut Json) {
+    match data {
+        EventData::QueryEvent(q) => line["query"] = json!(q.query()),
+        EventData::RotateEvent(r) => line["next_file"] = json!(r.name()),
+        EventData::XidEvent(x) => line["xid"] = json!(x.xid),
+        EventData::IncidentEvent(i) => {
             // Reported, not fatal, in a file read (the live source stops on it).
             line["incident"] = json!(format!("{:?}", i.incident_type()));
             line["message"] = json!(i.message());
-            emit(line);
         }
-        Some(EventData::GtidEvent(g)) => {
-            line["gno"] = json!(g.gno());
-            emit(line);
+        EventData::GtidEvent(g) => line["gno"] = json!(g.gno()),
+        _ => {}
+    }
+}
+
+/// A row event: its line (with the table and the number of rows), then one line per row. A row
+/// event whose table has no preceding TABLE_MAP is an error.
+fn on_rows(
+    file: &str,
+    pos: u64,
+    rows: &RowsEventData<'_>,
+    mut line: Json,
+    tables: &TableMaps,
+    sum: &mut Summary,
+    emit: &mut impl FnMut(Json),
+) -> Result<(), OfflineError> {
+    sum.row_events += 1;
+    let t = tables.get(rows.table_id()).cloned().ok_or_else(|| OfflineError::Decode {
+        file: file.into(),
+        pos,
+        source: crate::binlog::decode::DecodeError::NoTableMap { table_id: rows.table_id() },
+    })?;
+    let mut out = Vec::new();
+    decode_rows(&t, rows, &mut out).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+    line["table"] = json!(&*t.name);
+    line["rows"] = json!(out.len());
+    emit(line);
+    for r in out {
+        sum.rows += 1;
+        let kind = match r.kind {
+            RowKind::Insert => "insert",
+            RowKind::Update => "update",
+            RowKind::Delete => "delete",
+        };
+        let mut row = json!({"pos": pos, "table": &*r.table, "kind": kind});
+        if let Some(b) = r.before {
+            row["before"] = Json::Object(b);
         }
-        _ => emit(line),
+        if let Some(a) = r.after {
+            row["after"] = Json::Object(a);
+        }
+        emit(row);
     }
     Ok(())
 }

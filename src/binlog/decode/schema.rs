@@ -1,0 +1,229 @@
+//! The table as one TABLE_MAP event describes it: [`TableSchema`] and its [`ColumnSchema`]s,
+//! prepared once per TABLE_MAP from its optional metadata (`binlog_row_metadata=FULL`): column
+//! names, signedness, charsets and ENUM/SET labels, exactly as the table was when the row was
+//! written (every TABLE_MAP carries them, so they follow ALTER TABLE).
+
+use std::sync::Arc;
+
+use mysql_common::binlog::events::{ColumnCharsets, DefaultCharset, OptionalMetadataField, TableMapEvent};
+use mysql_common::constants::ColumnType;
+
+use super::DecodeError;
+
+/// One column of a table as described by a TABLE_MAP event.
+#[derive(Debug, Clone)]
+pub struct ColumnSchema {
+    /// Column name.
+    pub name: Arc<str>,
+    /// Real column type (ENUM and SET resolved from the metadata).
+    pub ty: ColumnType,
+    /// Type metadata bytes from the TABLE_MAP (precision/scale, fsp, length...).
+    pub meta: Vec<u8>,
+    /// UNSIGNED numeric column.
+    pub unsigned: bool,
+    /// Collation id for text, ENUM and SET columns (63 = binary); 0 if not applicable.
+    pub charset: u16,
+    /// How text of this column is decoded (from `charset`, resolved once per TABLE_MAP).
+    pub text: crate::binlog::decode::charset::Charset,
+    /// ENUM labels, index 1 first.
+    pub enum_labels: Vec<String>,
+    /// SET labels, bit 0 first.
+    pub set_labels: Vec<String>,
+}
+
+/// A table as described by one TABLE_MAP event, prepared once and used for every row event that
+/// follows it.
+#[derive(Debug)]
+pub struct TableSchema {
+    /// `schema.table`.
+    pub name: Arc<str>,
+    /// Columns in table order.
+    pub columns: Vec<ColumnSchema>,
+    /// The TABLE_MAP event itself, which mysql_common needs to parse row images.
+    pub tme: TableMapEvent<'static>,
+    /// `0..columns.len()`: the present columns of a full row image.
+    pub(super) all_columns: Vec<usize>,
+}
+
+impl TableSchema {
+    /// Prepare a table from its TABLE_MAP event. `mariadb`: the event comes from a MariaDB
+    /// server (its FORMAT_DESCRIPTION / `@@version` says so), which counts GEOMETRY columns among
+    /// the character columns of the charset metadata (see [`charset_column`]). Errors when column
+    /// names are missing (binlog_row_metadata is not FULL).
+    pub fn from_table_map(tme: TableMapEvent<'static>, mariadb: bool) -> Result<Self, DecodeError> {
+        Self::prepare(tme, true, mariadb)
+    }
+
+    /// Like [`TableSchema::from_table_map`], but a TABLE_MAP without column names (MINIMAL row
+    /// metadata, or MySQL 5.x) names columns `@0`, `@1`, ... in table order (the offline reader
+    /// uses this; the live pipeline refuses such a source at preflight).
+    pub fn from_table_map_positional(tme: TableMapEvent<'static>, mariadb: bool) -> Result<Self, DecodeError> {
+        Self::prepare(tme, false, mariadb)
+    }
+
+    fn prepare(tme: TableMapEvent<'static>, require_names: bool, mariadb: bool) -> Result<Self, DecodeError> {
+        let name: Arc<str> = format!("{}.{}", tme.database_name(), tme.table_name()).into();
+        let mut columns = typed_columns(&tme, &name)?;
+        let have_names =
+            apply_optional_metadata(&tme, &mut columns, mariadb).map_err(|e| DecodeError::Parse { table: name.to_string(), source: e })?;
+        for c in &mut columns {
+            c.text = crate::binlog::decode::charset::Charset::of(c.charset);
+        }
+        if mariadb {
+            refuse_legacy_temporal(&name, &columns)?;
+        }
+        if require_names && !have_names && !columns.is_empty() {
+            return Err(DecodeError::NoColumnNames { table: name.to_string() });
+        }
+        let all_columns = (0..columns.len()).collect();
+        Ok(TableSchema { name, columns, tme, all_columns })
+    }
+
+    /// True when `tme` is byte for byte the TABLE_MAP this schema was prepared from (same
+    /// table id, names, types, metadata): its rows decode exactly as with a newly prepared
+    /// schema. MySQL and MariaDB write a TABLE_MAP before the row events of every statement;
+    /// readers reuse the prepared schema instead of preparing it again.
+    pub fn same_table_map(&self, tme: &TableMapEvent<'_>) -> bool {
+        self.tme == *tme
+    }
+}
+
+/// The columns of `tme` with their types and type metadata, named `@0`, `@1`, ... until the
+/// optional metadata names them. A column without a type is an unsupported type.
+fn typed_columns(tme: &TableMapEvent<'static>, name: &Arc<str>) -> Result<Vec<ColumnSchema>, DecodeError> {
+    let n = tme.columns_count() as usize;
+    let mut columns = Vec::with_capacity(n);
+    for i in 0..n {
+        let ty = match tme.get_column_type(i) {
+            Ok(Some(t)) => t,
+            _ => {
+                return Err(DecodeError::UnsupportedType {
+                    table: name.to_string(),
+                    column: format!("#{i}"),
+                    ty: ColumnType::MYSQL_TYPE_NULL,
+                })
+            }
+        };
+        columns.push(ColumnSchema {
+            name: Arc::from(format!("@{i}").as_str()),
+            ty,
+            meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
+            unsigned: false,
+            charset: 0,
+            text: crate::binlog::decode::charset::Charset::of(0),
+            enum_labels: Vec::new(),
+            set_labels: Vec::new(),
+        });
+    }
+    Ok(columns)
+}
+
+/// Apply the TABLE_MAP optional metadata (`binlog_row_metadata=FULL`) to `columns`:
+/// signedness, charsets, column names, ENUM and SET labels. Each field lists only the columns
+/// it covers (numeric, character, ENUM, SET), in table order. Returns whether the column names
+/// were there.
+fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSchema], mariadb: bool) -> std::io::Result<bool> {
+    let n = columns.len();
+    let numeric: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_numeric_type()).collect();
+    let character: Vec<usize> = (0..n).filter(|&i| charset_column(columns[i].ty, mariadb)).collect();
+    let enums: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_ENUM).collect();
+    let sets: Vec<usize> = (0..n).filter(|&i| columns[i].ty == ColumnType::MYSQL_TYPE_SET).collect();
+    let enum_or_set: Vec<usize> = (0..n).filter(|&i| columns[i].ty.is_enum_or_set_type()).collect();
+    let mut have_names = false;
+    for field in tme.iter_optional_meta() {
+        match field? {
+            OptionalMetadataField::Signedness(bits) => {
+                for (k, &i) in numeric.iter().enumerate() {
+                    columns[i].unsigned = bits.get(k).map(|b| *b).unwrap_or(false);
+                }
+            }
+            OptionalMetadataField::DefaultCharset(dc) => default_charsets(columns, &character, &dc)?,
+            OptionalMetadataField::ColumnCharset(cs) => column_charsets(columns, &character, &cs)?,
+            OptionalMetadataField::EnumAndSetDefaultCharset(dc) => default_charsets(columns, &enum_or_set, &dc)?,
+            OptionalMetadataField::EnumAndSetColumnCharset(cs) => column_charsets(columns, &enum_or_set, &cs)?,
+            OptionalMetadataField::ColumnName(names) => {
+                have_names = true;
+                for (i, nm) in names.iter_names().enumerate() {
+                    if let Some(c) = columns.get_mut(i) {
+                        c.name = Arc::from(nm?.name().as_ref());
+                    }
+                }
+            }
+            OptionalMetadataField::EnumStrValue(vals) => {
+                for (k, v) in vals.iter_values().enumerate() {
+                    let v = v?;
+                    if let Some(&i) = enums.get(k) {
+                        columns[i].enum_labels = v.values().iter().map(|s| s.value().into_owned()).collect();
+                    }
+                }
+            }
+            OptionalMetadataField::SetStrValue(vals) => {
+                for (k, v) in vals.iter_values().enumerate() {
+                    let v = v?;
+                    if let Some(&i) = sets.get(k) {
+                        columns[i].set_labels = v.values().iter().map(|s| s.value().into_owned()).collect();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(have_names)
+}
+
+/// Refuse a MariaDB table with legacy temporal columns. MariaDB writes DATETIME2/TIME2/
+/// TIMESTAMP2 for every column in the current format; the old type codes mean the legacy
+/// format (see [`DecodeError::LegacyTemporal`]).
+fn refuse_legacy_temporal(name: &str, columns: &[ColumnSchema]) -> Result<(), DecodeError> {
+    let legacy: Vec<&str> = columns
+        .iter()
+        .filter(|c| matches!(c.ty, ColumnType::MYSQL_TYPE_DATETIME | ColumnType::MYSQL_TYPE_TIME | ColumnType::MYSQL_TYPE_TIMESTAMP))
+        .map(|c| &*c.name)
+        .collect();
+    if !legacy.is_empty() {
+        return Err(DecodeError::LegacyTemporal { table: name.to_string(), columns: legacy.join(", ") });
+    }
+    Ok(())
+}
+
+/// Whether the charset fields of the TABLE_MAP optional metadata (DEFAULT_CHARSET,
+/// COLUMN_CHARSET) have an entry for a column of type `ty`: the server's `is_character_type`.
+/// MySQL (sql/log_event.cc): STRING, VAR_STRING, VARCHAR, BLOB, and VECTOR (MySQL 9).
+/// MariaDB (sql/log_event.cc): STRING, VAR_STRING, VARCHAR, BLOB and GEOMETRY ("base class is
+/// blob for geom type"). mysql_common 0.37's `ColumnType::is_character_type` has neither
+/// GEOMETRY nor VECTOR: on MariaDB every text column after a GEOMETRY column would take its
+/// left neighbour's charset (found by tests/proptest_roundtrip.rs).
+pub fn charset_column(ty: ColumnType, mariadb: bool) -> bool {
+    use ColumnType::*;
+    match ty {
+        MYSQL_TYPE_STRING | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_VARCHAR | MYSQL_TYPE_BLOB => true,
+        MYSQL_TYPE_GEOMETRY => mariadb,
+        MYSQL_TYPE_VECTOR => !mariadb,
+        _ => false,
+    }
+}
+
+/// Apply a DEFAULT_CHARSET metadata field to `targets` (indexes of the columns it covers, in
+/// order): the default for all, then the listed exceptions (indexed among `targets`).
+fn default_charsets(columns: &mut [ColumnSchema], targets: &[usize], dc: &DefaultCharset<'_>) -> std::io::Result<()> {
+    for &i in targets {
+        columns[i].charset = dc.default_charset();
+    }
+    for nd in dc.iter_non_default() {
+        let nd = nd?;
+        if let Some(&i) = targets.get(nd.column_index() as usize) {
+            columns[i].charset = nd.charset();
+        }
+    }
+    Ok(())
+}
+
+/// Apply a COLUMN_CHARSET metadata field: one collation id per column of `targets`.
+fn column_charsets(columns: &mut [ColumnSchema], targets: &[usize], cs: &ColumnCharsets<'_>) -> std::io::Result<()> {
+    for (k, c) in cs.iter_charsets().enumerate() {
+        if let Some(&i) = targets.get(k) {
+            columns[i].charset = c?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! Canonical JSON values (see `schemas/README.md`): integers exact, DECIMAL as an exact string
+//! with its scale, DATE/DATETIME/TIME as MySQL's own text with exactly fsp fraction digits,
+//! TIMESTAMP as a UTC instant, YEAR as a number, BIT as a number, ENUM as its label, SET as a
+//! list of labels, text decoded from its charset, binary as base64, NULL as null.
+//!
+//! [`value_to_json`] dispatches on the value mysql_common parsed (integer, float, date, time,
+//! bytes, binary JSON) and then on the column type; each type family has its own function.
+//! Fixes for mysql_common (0.37) gaps live here: signed MEDIUMINT sign extension, BINARY(n)
+//! trailing zero bytes, YEAR 0000.
+
+use base64::Engine as _;
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
+use mysql_common::value::Value;
+use serde_json::{Number, Value as Json};
+
+use super::{ColumnSchema, DecodeError};
+
+/// Convert one binlog value of column `col` of table `table` to its canonical JSON form.
+pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Result<Json, DecodeError> {
+    let v = match v {
+        BinlogValue::Value(v) => v,
+        BinlogValue::Jsonb(j) => {
+            let dom = j.parse().map_err(|e| DecodeError::Parse { table: table.into(), source: e })?;
+            return Ok(Json::from(dom));
+        }
+        BinlogValue::JsonDiff(_) => {
+            return Err(DecodeError::PartialJson {
+                table: table.into(),
+                column: col.name.to_string(),
+                detail: "a JSON diff has no value of its own (it applies to the before image)".into(),
+            })
+        }
+    };
+    Ok(match v {
+        Value::NULL => Json::Null,
+        Value::Int(i) => int_json(col, i),
+        Value::UInt(u) => Json::from(u),
+        Value::Float(f) => f32_json(f),
+        Value::Double(d) => Number::from_f64(d).map(Json::Number).unwrap_or(Json::Null),
+        Value::Date(y, mo, d, h, mi, s, us) => date_json(col, (y, mo, d), (h, mi, s, us)),
+        Value::Time(neg, days, h, mi, s, us) => time_json(col, neg, days, (h, mi, s, us)),
+        Value::Bytes(b) => bytes_json(table, col, b)?,
+    })
+}
+
+/// The error for a value that does not fit its column type.
+fn unsupported(table: &str, col: &ColumnSchema) -> DecodeError {
+    DecodeError::UnsupportedType { table: table.into(), column: col.name.to_string(), ty: col.ty }
+}
+
+/// An integer value: MEDIUMINT sign-extended (mysql_common 0.37 leaves signed MEDIUMINT
+/// unsigned), ENUM as its label (index 0 is the empty string of an invalid value; an index
+/// past the labels stays a number), the old TIMESTAMP as a UTC instant.
+fn int_json(col: &ColumnSchema, i: i64) -> Json {
+    use ColumnType::*;
+    match col.ty {
+        MYSQL_TYPE_INT24 if !col.unsigned && i >= 0x80_0000 => Json::from(i - 0x100_0000),
+        MYSQL_TYPE_ENUM => {
+            if i == 0 {
+                Json::String(String::new())
+            } else {
+                match col.enum_labels.get(i as usize - 1) {
+                    Some(l) => Json::String(l.clone()),
+                    None => Json::from(i),
+                }
+            }
+        }
+        MYSQL_TYPE_TIMESTAMP => Json::String(utc_instant(i, 0, 0)),
+        _ => Json::from(i),
+    }
+}
+
+/// DATE as `YYYY-MM-DD`; DATETIME as `YYYY-MM-DD hh:mm:ss` with exactly fsp fraction digits.
+fn date_json(col: &ColumnSchema, (y, mo, d): (u16, u8, u8), (h, mi, s, us): (u8, u8, u8, u32)) -> Json {
+    use std::fmt::Write as _;
+    use ColumnType::*;
+    let mut t = String::with_capacity(26);
+    let _ = write!(t, "{y:04}-{mo:02}-{d:02}");
+    if !matches!(col.ty, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE) {
+        let fsp = if col.ty == MYSQL_TYPE_DATETIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+        let _ = write!(t, " {h:02}:{mi:02}:{s:02}");
+        push_frac(&mut t, us, fsp);
+    }
+    Json::String(t)
+}
+
+/// TIME as `[-]hh:mm:ss` (hours past 24 for days) with exactly fsp fraction digits.
+fn time_json(col: &ColumnSchema, neg: bool, days: u32, (h, mi, s, us): (u8, u8, u8, u32)) -> Json {
+    use std::fmt::Write as _;
+    let fsp = if col.ty == ColumnType::MYSQL_TYPE_TIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+    let hours = days as u64 * 24 + h as u64;
+    let mut t = String::with_capacity(18);
+    let _ = write!(t, "{}{hours:02}:{mi:02}:{s:02}", if neg { "-" } else { "" });
+    push_frac(&mut t, us, fsp);
+    Json::String(t)
+}
+
+/// A value mysql_common gives as bytes, by column type.
+fn bytes_json(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, DecodeError> {
+    use ColumnType::*;
+    Ok(match col.ty {
+        MYSQL_TYPE_NEWDECIMAL | MYSQL_TYPE_DECIMAL => {
+            let s = String::from_utf8(b).map_err(|_| unsupported(table, col))?;
+            let scale = col.meta.get(1).copied().unwrap_or(0) as usize;
+            Json::String(pad_scale(s, scale))
+        }
+        MYSQL_TYPE_YEAR => {
+            let y: i64 = std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok()).ok_or_else(|| unsupported(table, col))?;
+            // mysql_common adds 1900 to the stored byte; byte 0 is YEAR 0000.
+            Json::from(if y == 1900 { 0 } else { y })
+        }
+        MYSQL_TYPE_BIT => Json::from(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64)),
+        MYSQL_TYPE_TIMESTAMP2 => timestamp2_json(table, col, &b)?,
+        MYSQL_TYPE_SET => set_json(col, &b),
+        MYSQL_TYPE_GEOMETRY => {
+            if b.len() < 4 {
+                return Err(unsupported(table, col));
+            }
+            let srid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            serde_json::json!({ "srid": srid, "wkb": base64::engine::general_purpose::STANDARD.encode(&b[4..]) })
+        }
+        MYSQL_TYPE_STRING
+        | MYSQL_TYPE_VARCHAR
+        | MYSQL_TYPE_VAR_STRING
+        | MYSQL_TYPE_BLOB
+        | MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB => string_json(table, col, b)?,
+        MYSQL_TYPE_VECTOR => {
+            // MySQL 9 VECTOR: little-endian IEEE-754 float32 values.
+            if !b.len().is_multiple_of(4) {
+                return Err(unsupported(table, col));
+            }
+            Json::Array(b.chunks_exact(4).map(|c| f32_json(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect())
+        }
+        MYSQL_TYPE_JSON => {
+            // MariaDB stores JSON as LONGTEXT; MySQL's binary JSON is handled above.
+            let s = String::from_utf8(b).map_err(|_| DecodeError::BadText {
+                table: table.into(),
+                column: col.name.to_string(),
+                charset: "utf8mb4".into(),
+            })?;
+            serde_json::from_str(&s).unwrap_or(Json::String(s))
+        }
+        _ => return Err(unsupported(table, col)),
+    })
+}
+
+/// TIMESTAMP(fsp): mysql_common gives `seconds[.micros]` since the epoch; a UTC instant.
+fn timestamp2_json(table: &str, col: &ColumnSchema, b: &[u8]) -> Result<Json, DecodeError> {
+    let s = std::str::from_utf8(b).map_err(|_| unsupported(table, col))?;
+    let (sec, us) = match s.split_once('.') {
+        Some((a, f)) => (a.parse::<i64>().map_err(|_| unsupported(table, col))?, f.parse::<u32>().map_err(|_| unsupported(table, col))?),
+        None => (s.parse::<i64>().map_err(|_| unsupported(table, col))?, 0),
+    };
+    Ok(Json::String(utc_instant(sec, us, col.meta.first().copied().unwrap_or(0))))
+}
+
+/// SET: the little-endian bit mask as the list of its labels (`#n` for a bit with no label).
+fn set_json(col: &ColumnSchema, b: &[u8]) -> Json {
+    let mask = b.iter().rev().fold(0u64, |acc, &x| (acc << 8) | x as u64);
+    let labels = (0..64)
+        .filter(|bit| mask & (1u64 << bit) != 0)
+        .map(|bit| Json::String(col.set_labels.get(bit).cloned().unwrap_or_else(|| format!("#{bit}"))))
+        .collect();
+    Json::Array(labels)
+}
+
+/// Text and binary strings. BINARY(n) gets back the trailing zero bytes the binlog leaves out
+/// (mysql_common 0.37 does not pad it to its declared length).
+fn string_json(table: &str, col: &ColumnSchema, mut b: Vec<u8>) -> Result<Json, DecodeError> {
+    if col.charset == BINARY_CHARSET && col.ty == ColumnType::MYSQL_TYPE_STRING {
+        let n = string_len(&col.meta);
+        if b.len() < n {
+            b.resize(n, 0);
+        }
+    }
+    text_or_base64(table, col, b)
+}
+
+/// Collation id of the `binary` charset.
+const BINARY_CHARSET: u16 = 63;
+fn string_len(meta: &[u8]) -> usize {
+    if meta.len() < 2 {
+        return 0;
+    }
+    let (b0, b1) = (meta[0] as usize, meta[1] as usize);
+    if (b0 & 0x30) != 0x30 {
+        b1 | (((b0 & 0x30) ^ 0x30) << 4)
+    } else {
+        b1
+    }
+}
+
+fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, DecodeError> {
+    if col.charset == BINARY_CHARSET {
+        return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
+    }
+    col.text.decode(b).map(Json::String).map_err(|charset| DecodeError::BadText {
+        table: table.into(),
+        column: col.name.to_string(),
+        charset,
+    })
+}
+
+/// A FLOAT as the shortest decimal that reads back as the same f32 (what MySQL prints:
+/// `1.1`, not `1.100000023841858`).
+fn f32_json(f: f32) -> Json {
+    f.to_string().parse::<f64>().ok().and_then(Number::from_f64).map(Json::Number).unwrap_or(Json::Null)
+}
+
+/// Append `.` and the first `fsp` (0-6) digits of the 6-digit microseconds `us`.
+fn push_frac(t: &mut String, us: u32, fsp: u8) {
+    if fsp == 0 {
+        return;
+    }
+    t.push('.');
+    let mut div = 100_000;
+    for _ in 0..fsp.min(6) {
+        t.push(char::from(b'0' + ((us / div) % 10) as u8));
+        div /= 10;
+    }
+}
+
+fn frac(us: u32, fsp: u8) -> String {
+    if fsp == 0 {
+        return String::new();
+    }
+    let digits = format!("{us:06}");
+    format!(".{}", &digits[..fsp.min(6) as usize])
+}
+
+fn pad_scale(s: String, scale: usize) -> String {
+    if scale == 0 {
+        return s;
+    }
+    match s.split_once('.') {
+        Some((_, f)) if f.len() >= scale => s,
+        Some((_, f)) => {
+            let missing = scale - f.len();
+            s + &"0".repeat(missing)
+        }
+        None => format!("{s}.{}", "0".repeat(scale)),
+    }
+}
+
+/// Format Unix seconds + microseconds as an RFC 3339 UTC instant with `fsp` fraction digits,
+/// e.g. `2026-11-30T22:31:12.120Z`. TIMESTAMP 0 (the zero timestamp) is `0000-00-00 00:00:00`.
+pub fn utc_instant(secs: i64, us: u32, fsp: u8) -> String {
+    if secs == 0 && us == 0 {
+        return "0000-00-00 00:00:00".to_string() + &frac(0, fsp);
+    }
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{}Z", rem / 3600, (rem % 3600) / 60, rem % 60, frac(us, fsp))
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants() {
+        assert_eq!(utc_instant(1_764_541_872, 0, 0), "2025-11-30T22:31:12Z");
+        assert_eq!(utc_instant(1, 120_000, 3), "1970-01-01T00:00:01.120Z");
+        assert_eq!(utc_instant(951_782_400, 0, 0), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn scale_padding() {
+        assert_eq!(pad_scale("1.5".into(), 2), "1.50");
+        assert_eq!(pad_scale("-3".into(), 2), "-3.00");
+        assert_eq!(pad_scale("7".into(), 0), "7");
+        assert_eq!(pad_scale("0.125".into(), 3), "0.125");
+    }
+
+    #[test]
+    fn fractions() {
+        for (us, fsp) in [(123_456, 3), (5, 6), (5, 0), (999_999, 6), (100_000, 1), (0, 2), (120_000, 2)] {
+            let mut t = String::new();
+            push_frac(&mut t, us, fsp);
+            assert_eq!(t, frac(us, fsp), "{us} {fsp}");
+        }
+        assert_eq!(frac(123_456, 3), ".123");
+        assert_eq!(frac(5, 6), ".000005");
+        assert_eq!(frac(5, 0), "");
+    }
+}

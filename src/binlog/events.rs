@@ -1,0 +1,386 @@
+//! The live reader's event handlers: one function per binlog event type, each taking the
+//! [`ReadContext`] that holds what the replica connection has read so far (binlog file and
+//! position, TABLE_MAPs, the open transaction).
+//!
+//! [`crate::binlog::reader`] reads events from the replica connection, passes them through the
+//! [`Framer`] (MariaDB GTID, compressed events, TRANSACTION_PAYLOAD) and calls [`handle`] on
+//! each; a handler returns a finished [`Transaction`] when its event ends one (commit,
+//! standalone statement, rotation to a new file). Errors are definite when the binlog holds
+//! something binval cannot apply exactly, transient when the connection may be at fault.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use binval_protocol::SourcePosition;
+use mysql_common::binlog::events::{
+    BinlogEventHeader, Event, EventData, GtidEvent, IncidentEvent, QueryEvent, RotateEvent, RowsEventData, TableMapEvent,
+};
+
+use crate::binlog::ddl::TableDdl;
+use crate::binlog::decode::{decode_rows, TableSchema};
+use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
+use crate::binlog::reader::{Resume, SourceStats};
+use crate::binlog::txn::{Assembler, Boundary, Transaction};
+use crate::error::{DefiniteError, Error, TransientError};
+use crate::mapping::{Mapper, TableNames};
+
+/// What one replica connection has read so far: the state the event handlers share.
+pub(crate) struct ReadContext<'a> {
+    mapper: &'a Mapper,
+    /// Renamed mapped tables (followed RENAMEs), saved with the checkpoint.
+    names: &'a mut TableNames,
+    stats: &'a SourceStats,
+    /// The source is MariaDB (its TABLE_MAPs count GEOMETRY among the character columns).
+    mariadb: bool,
+    /// The binlog file being read; empty before the first ROTATE of a GTID start.
+    pub(crate) file: String,
+    /// End position of the last event read whose position only grows (see
+    /// [`check_end_position`]); where the stream starts before that.
+    pub(crate) last_pos: u64,
+    /// A FORMAT_DESCRIPTION has been read on this connection.
+    seen_fde: bool,
+    tables: TableMaps,
+    asm: Assembler,
+    /// Events read but not handled yet (the inner events of a TRANSACTION_PAYLOAD).
+    pub(crate) framer: Framer,
+}
+
+impl<'a> ReadContext<'a> {
+    /// The state of a new connection that starts at `resume`.
+    pub(crate) fn new(mapper: &'a Mapper, names: &'a mut TableNames, stats: &'a SourceStats, mariadb: bool, resume: &Resume) -> Self {
+        let (file, last_pos) = match resume {
+            Resume::FilePos(p) => (p.file.clone(), p.pos),
+            Resume::Gtid(_) => (String::new(), 4),
+        };
+        ReadContext {
+            mapper,
+            names,
+            stats,
+            mariadb,
+            file,
+            last_pos,
+            seen_fde: false,
+            tables: TableMaps::new(),
+            asm: Assembler::new(),
+            framer: Framer::new(),
+        }
+    }
+
+    /// `file:pos` of an event placed by `placed` (see [`Framed::placed`]), for errors and logs.
+    fn at(&self, placed: BinlogEventHeader) -> String {
+        format!("{}:{}", self.file, placed.log_pos())
+    }
+
+    /// The binlog position just after the event placed by `placed`: where a transaction that
+    /// ends with it resumes.
+    fn end(&self, placed: BinlogEventHeader) -> SourcePosition {
+        SourcePosition { file: self.file.clone(), pos: placed.log_pos() as u64, gtid: None }
+    }
+
+    /// The open transaction commits with the event placed by `placed`.
+    fn commit(&mut self, placed: BinlogEventHeader) -> Option<Transaction> {
+        let end = self.end(placed);
+        self.asm.boundary(Boundary::Commit { end, timestamp_s: placed.timestamp() })
+    }
+}
+
+/// Event types whose end positions within one binlog file only grow (never sent as fakes with
+/// an older position at the start of a stream): QUERY, XID, TABLE_MAP, row events (v1, v2,
+/// partial, MariaDB compressed), MySQL GTID / ANONYMOUS_GTID, MariaDB GTID, TRANSACTION_PAYLOAD.
+fn positions_grow(ty: u8) -> bool {
+    matches!(ty, 2 | 16 | 19 | 23..=25 | 30..=34 | 39 | 40 | 162 | 165..=171)
+}
+
+/// Check the end position of an event read from the stream (not one inside a payload) before
+/// it is handled, and remember it.
+pub(crate) fn check_end_position(ctx: &mut ReadContext<'_>, header: BinlogEventHeader) -> Result<(), Error> {
+    if header.log_pos() == 0 || !positions_grow(header.event_type_raw()) {
+        return Ok(());
+    }
+    // Within one file the end positions of these events only grow. The replication
+    // protocol carries them in 32 bits: past 4 GiB of one file they wrap, and a
+    // checkpoint would name the wrong place. Stop before passing such a position on.
+    let p = header.log_pos() as u64;
+    if p < ctx.last_pos {
+        return Err(DefiniteError::UnsupportedEvent(format!(
+            "binlog file {} grew past 4 GiB (event ending at {p} after one ending at {}): binlog positions are 32-bit in the replication protocol and wrap there, so binval cannot name a resume position; keep binlog files under 4 GiB (max_binlog_size, no transaction of several GiB)",
+            ctx.file, ctx.last_pos
+        ))
+        .into());
+    }
+    ctx.last_pos = p;
+    Ok(())
+}
+
+/// A framing error as the live reader reports it: definite when the binlog holds something
+/// binval cannot read exactly, transient when the connection may have damaged the event.
+pub(crate) fn framing_error(ctx: &ReadContext<'_>, e: FramingError) -> Error {
+    let at = ctx.at(e.placed());
+    match *e.kind {
+        FramingErrorKind::Compressed(source) | FramingErrorKind::Payload(source) => DefiniteError::Decode { position: at, source }.into(),
+        FramingErrorKind::ShortMariadbGtid { .. } => TransientError::Source(format!("short MariaDB GTID event at {at}")).into(),
+        FramingErrorKind::Unreadable(e) => TransientError::Source(format!("unreadable event at {at}: {e}")).into(),
+        FramingErrorKind::Unknown => DefiniteError::UnsupportedEvent(format!(
+            "unknown binlog event type {} at {at} (not marked ignorable): binval does not skip events it cannot read",
+            e.header.event_type_raw()
+        ))
+        .into(),
+    }
+}
+
+/// Handle one framed event; returns the transaction it finishes, if any.
+pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Option<Transaction>, Error> {
+    if framed.outer.is_some() {
+        // An event from inside a TRANSACTION_PAYLOAD: read from the payload, not the stream.
+        ctx.stats.events.fetch_add(1, Relaxed);
+    }
+    let placed = framed.placed();
+    let data = match framed.body().map_err(|e| framing_error(ctx, e))? {
+        Body::MariadbGtid(g) => return Ok(on_mariadb_gtid(ctx, g)),
+        Body::Skipped => return Ok(None),
+        Body::Data(data) => data,
+    };
+    Ok(match data {
+        EventData::RotateEvent(r) => on_rotate(ctx, &framed.event, &r),
+        EventData::FormatDescriptionEvent(_) => {
+            ctx.seen_fde = true;
+            None
+        }
+        EventData::TableMapEvent(tme) => on_table_map(ctx, placed, tme)?,
+        EventData::RowsEvent(rows) => on_rows(ctx, placed, &rows)?,
+        // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN, TABLE_MAPs,
+        // rows, XID) is inside; the framer yields those events next, or the error that stops
+        // a payload that cannot be read.
+        EventData::TransactionPayloadEvent(_) => None,
+        EventData::IncidentEvent(i) => return Err(on_incident(ctx, placed, &i)),
+        EventData::XaPrepareLogEvent(_) => on_xa_prepare(ctx, placed)?,
+        EventData::XidEvent(_) => ctx.commit(placed),
+        EventData::GtidEvent(g) => on_mysql_gtid(ctx, &g),
+        EventData::QueryEvent(q) => on_query(ctx, placed, &q)?,
+        _ => None,
+    })
+}
+
+/// ROTATE: the binlog file changes (or, for a fake ROTATE, is announced).
+fn on_rotate(ctx: &mut ReadContext<'_>, ev: &Event, r: &RotateEvent<'_>) -> Option<Transaction> {
+    let header = ev.header();
+    let mut name = r.name_raw().to_vec();
+    if !ctx.seen_fde && header.log_pos() == 0 && ends_with_own_crc32(ev) {
+        // The stream's first (fake) ROTATE is parsed before the FORMAT_DESCRIPTION
+        // that announces checksums, so its name carries the 4 CRC32 bytes. The
+        // server adds them by what the replica asked for (mysql_async asks for
+        // 'ALL'), not by its own binlog_checksum: with binlog_checksum=NONE they
+        // are there too. So the bytes are checked, not assumed.
+        name.truncate(name.len().saturating_sub(4));
+    }
+    ctx.file = String::from_utf8_lossy(&name).into_owned();
+    // Positions start again in the file it names: at its position field (4 for a
+    // new file; the requested start for the first, fake ROTATE of a stream; a fake
+    // ROTATE also announces the next file when a file ended without a ROTATE, as
+    // after a server restart).
+    ctx.last_pos = r.position();
+    if header.log_pos() != 0 && !ctx.asm.in_transaction() {
+        // A real rotation: move the checkpoint to the new file even when no
+        // transaction follows, so an idle source never pins a log that may be purged.
+        Some(Transaction {
+            position: SourcePosition { file: ctx.file.clone(), pos: r.position(), gtid: None },
+            commit_time_ms: header.timestamp() as u64 * 1000,
+            rows: Vec::new(),
+            invalidate_tables: Vec::new(),
+            table_names: None,
+        })
+    } else {
+        None
+    }
+}
+
+/// TABLE_MAP: prepare the schema of a mapped table (under its configured name); forget the
+/// table id of any other table, so its rows are passed over.
+fn on_table_map(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, tme: TableMapEvent<'_>) -> Result<Option<Transaction>, Error> {
+    let id = tme.table_id();
+    let Some(configured) = ctx.names.resolve(ctx.mapper, &format!("{}.{}", tme.database_name(), tme.table_name())) else {
+        ctx.tables.forget(id);
+        return Ok(None);
+    };
+    let mariadb = ctx.mariadb;
+    ctx.tables
+        .table_map(tme, Some(&configured), |tme| TableSchema::from_table_map(tme, mariadb))
+        .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+    Ok(None)
+}
+
+/// Row event: decode the rows of a mapped table into the open transaction.
+fn on_rows(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, rows: &RowsEventData<'_>) -> Result<Option<Transaction>, Error> {
+    if let Some(t) = ctx.tables.get(rows.table_id()) {
+        let mut out_rows = Vec::new();
+        decode_rows(t, rows, &mut out_rows).map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+        ctx.stats.rows.fetch_add(out_rows.len() as u64, Relaxed);
+        ctx.asm.push_rows(out_rows);
+    }
+    Ok(None)
+}
+
+/// INCIDENT: always stops the source.
+fn on_incident(ctx: &ReadContext<'_>, placed: BinlogEventHeader, i: &IncidentEvent<'_>) -> Error {
+    // INCIDENT_LOST_EVENTS: the primary could not write some changes to its binlog
+    // (a replica stops here too, MySQL error 1590); the cache cannot be trusted.
+    DefiniteError::UnsupportedEvent(format!(
+        "incident event at {} ({:?}: {}): the source reports changes missing from its binlog; rebuild the cache (bootstrap) and restart from a position after it",
+        ctx.at(placed),
+        i.incident_type(),
+        i.message()
+    ))
+    .into()
+}
+
+/// XA PREPARE: ends the event group of a prepared XA transaction; refused when it holds rows
+/// of mapped tables.
+fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader) -> Result<Option<Transaction>, Error> {
+    if ctx.asm.held_rows() > 0 {
+        return Err(DefiniteError::UnsupportedEvent(format!(
+            "XA PREPARE at {} holds changes of mapped tables; binval does not apply two-phase XA transactions yet (they would reach the cache before their XA COMMIT or despite an XA ROLLBACK)",
+            ctx.at(placed)
+        ))
+        .into());
+    }
+    Ok(ctx.commit(placed))
+}
+
+/// MySQL GTID (or ANONYMOUS_GTID): a transaction starts; its `BEGIN` follows.
+fn on_mysql_gtid(ctx: &mut ReadContext<'_>, g: &GtidEvent) -> Option<Transaction> {
+    let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
+    ctx.asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
+    None
+}
+
+/// MariaDB GTID: an event group starts; with `FL_STANDALONE` it is one statement.
+fn on_mariadb_gtid(ctx: &mut ReadContext<'_>, g: MariadbGtidEvent) -> Option<Transaction> {
+    ctx.asm.boundary(Boundary::Begin { gtid: Some(g.gtid.to_string()), standalone: g.standalone() });
+    None
+}
+
+/// QUERY: a transaction boundary (BEGIN, COMMIT, ROLLBACK, XA), or a statement (DDL).
+fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent<'_>) -> Result<Option<Transaction>, Error> {
+    let text = q.query();
+    let t = text.trim();
+    let upper: String = t.chars().take(12).collect::<String>().to_ascii_uppercase();
+    if t.starts_with("# Dummy event replacing event type") {
+        // MariaDB replaces events a replica declared it cannot handle (by
+        // @mariadb_slave_capability) with this comment: the real event is lost.
+        return Err(DefiniteError::UnsupportedEvent(format!(
+            "at {}: the source sent a placeholder instead of an event ({t}); binval never accepts it in place of row events",
+            ctx.at(placed)
+        ))
+        .into());
+    }
+    Ok(if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
+        None
+    } else if upper.starts_with("XA COMMIT") && ctx.asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
+        ctx.commit(placed)
+    } else if t.eq_ignore_ascii_case("BEGIN") {
+        ctx.asm.boundary(Boundary::Begin { gtid: None, standalone: false })
+    } else if t.eq_ignore_ascii_case("COMMIT") {
+        ctx.commit(placed)
+    } else if t.eq_ignore_ascii_case("ROLLBACK") {
+        ctx.asm.boundary(Boundary::Rollback)
+    } else {
+        on_statement(ctx, placed, t, &q.schema())?
+    })
+}
+
+/// A statement outside the transaction boundaries: table DDL on mapped tables invalidates
+/// their keys (TRUNCATE, DROP...) or moves their rules (RENAME).
+fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, schema: &str) -> Result<Option<Transaction>, Error> {
+    let mut invalidate_tables = Vec::new();
+    let mut renamed = false;
+    if let Some(ddl) = crate::binlog::ddl::classify(t, schema) {
+        if ddl.invalidates() {
+            for table in &ddl.tables {
+                if let Some(configured) = ctx.names.resolve(ctx.mapper, table) {
+                    invalidate_tables.push(configured);
+                }
+            }
+        } else {
+            let moved = follow_renames(ctx, placed, &ddl, t)?;
+            renamed = !moved.is_empty();
+            invalidate_tables = undo_cut_over(ctx, placed, &ddl, moved);
+        }
+    }
+    let end = ctx.end(placed);
+    let b = ctx.asm.boundary(Boundary::Statement { end, timestamp_s: placed.timestamp(), invalidate_tables });
+    Ok(b.map(|mut txn| {
+        if renamed {
+            txn.table_names = Some(Arc::new(ctx.names.clone()));
+        }
+        txn
+    }))
+}
+
+/// RENAME: tables come in (from, to) pairs; a mapped table's rule follows it to its new name
+/// (its rows and keys are unchanged). Returns the pairs of mapped tables moved. Renaming onto
+/// the name of another mapped table is a definite error.
+fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<(String, String)>, Error> {
+    let mut moved: Vec<(String, String)> = Vec::new();
+    for pair in ddl.tables.chunks(2) {
+        let [from, to] = pair else { continue };
+        match ctx.names.rename(ctx.mapper, from, to) {
+            Ok(true) => {
+                moved.push((from.clone(), to.clone()));
+                tracing::info!(from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");
+            }
+            Ok(false) => {}
+            Err(_) => {
+                return Err(DefiniteError::UnsupportedDdl {
+                    kind: ddl.kind,
+                    table: to.to_string(),
+                    position: ctx.at(placed),
+                    statement: t.chars().take(500).collect(),
+                }
+                .into())
+            }
+        }
+    }
+    Ok(moved)
+}
+
+/// The renamed tables of [`follow_renames`] keep their rule with their new name... unless the
+/// same statement puts another table under the old name: the cut-over of an online schema
+/// change (gh-ost, pt-osc: `RENAME TABLE t TO t_old, t_new TO t`). The rule stays with the
+/// name, and since the table behind it is a new one, every key of it is marked stale. Returns
+/// the configured names whose keys are stale.
+fn undo_cut_over(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, moved: Vec<(String, String)>) -> Vec<String> {
+    let mut invalidate_tables = Vec::new();
+    for (from, to) in moved {
+        let swapped_in = ddl.tables.chunks(2).any(|p| matches!(p, [_, t2] if *t2 == from));
+        if swapped_in {
+            if let Some(configured) = ctx.names.undo_rename(ctx.mapper, &from, &to) {
+                tracing::info!(table = %from, old_table_now = %to, position = %ctx.at(placed), "table swapped under a mapped name (online schema change cut-over): the mapping stays with the name; its keys are marked stale");
+                invalidate_tables.push(configured);
+            }
+        }
+    }
+    invalidate_tables
+}
+
+/// True when the last 4 bytes of the event body are the CRC32 of the event before them
+/// (header included), as MySQL/MariaDB compute event checksums.
+fn ends_with_own_crc32(ev: &Event) -> bool {
+    use mysql_common::proto::MySerialize;
+    let data = ev.data();
+    if data.len() < 4 {
+        return false;
+    }
+    let (body, tail) = data.split_at(data.len() - 4);
+    let mut header = Vec::with_capacity(19);
+    ev.header().serialize(&mut header);
+    let mut crc = flate2::Crc::new();
+    crc.update(&header);
+    crc.update(body);
+    crc.sum() == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
+}
+
+/// A MySQL server UUID (GTID source id) in its text form.
+fn uuid_text(sid: &[u8; 16]) -> String {
+    let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
