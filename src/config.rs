@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use binval_protocol::KeyTemplate;
 use serde::Deserialize;
 
-pub use crate::start_point::{StartForms, StartPoint, StartPosition};
+pub use crate::start_point::{StartForms, StartPoint};
 
 /// A configuration problem, naming the field and what is wrong with it.
 #[derive(Debug, thiserror::Error)]

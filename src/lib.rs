@@ -8,41 +8,58 @@
 //! | step | module | what happens |
 //! |---|---|---|
 //! | 1 | [`binlog::server`] | connect, preflight of the binlog settings, binary logs, schema checks |
-//! | 2 | [`binlog::reader`] | the replica connection: start/resume, heartbeats, reconnect with backoff |
-//! | 3 | [`binlog::decode`] | TABLE_MAP + row events -> rows with named columns and canonical JSON values |
-//! | 4 | [`binlog::ddl`], [`binlog::txn`] | table DDL on mapped tables; rows grouped by transaction, only committed ones go on |
-//! | 5 | [`mapping`] | `schema.table` rows -> logical key changes (one per key per transaction) |
-//! | 6 | [`write::fence`], [`write::redis_sink`] | fence position of the transaction; every replica, then the version token |
-//! | 7 | [`write::kafka_sink`] | one invalidation event per key change |
-//! | 8 | [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged |
+//! | 2 | [`binlog::resume`], [`binlog::reader`] | where reading starts; the replica connection with heartbeats and reconnects |
+//! | 3 | [`binlog::framing`] | events as stored -> events to handle (MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, the TABLE_MAP cache), shared with the offline reader |
+//! | 4 | [`binlog::decode`] | row events -> rows with named columns and canonical JSON values |
+//! | 5 | [`binlog::ddl`], [`binlog::txn`] | table DDL on mapped tables; rows grouped by transaction, only committed ones go on |
+//! | 6 | [`mapping`] | rows of `schema.table` -> logical key changes, one per key per transaction |
+//! | 7 | [`write::apply`] | one transaction applied (used by `run` and `replay`): the next three steps in order |
+//! | 7a | [`write::fence`] | the transaction's fence position: the order every write is checked against |
+//! | 7b | [`write::redis_sink`] | every suffix replica, then the version token, fenced |
+//! | 7c | [`write::kafka_sink`] | one invalidation event per key change |
+//! | 8 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged |
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
 //! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode |
 //!
-//! [`config`], [`error`], [`telemetry`] and [`failpoint`] serve every step. Imports run one
-//! way: the shared modules <- `binlog` <- `write`, `ha` <- `pipeline` <- `commands` <- `main`.
-//! The key layout, the invalidation event, the fenced scripts and the typed binlog coordinates
-//! live in the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
+//! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
+//! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] and [`failpoint`].
+//!
+//! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
+//! `failpoint` and `binlog::decode` import nothing of binval's; `error`, `redis_conn` and
+//! `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
+//! `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
+//! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
+//! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
+//!
+//! Two numbers keep writes in order and are never confused: the **fence position** of a
+//! change (its place in the binlog: GTID sequence number, or file index and offset), which
+//! versions and replicas carry and every write is compared against; and the **fencing token**
+//! of a tenure (from [`ha::lease`]), which refuses writes of an instance that lost its lease.
 //!
 //! # Where each invariant is enforced
 //!
 //! The invariants are those of `docs/design.md`:
 //!
-//! * I1 order: [`write::redis_sink`] writes every replica before the version token; [`pipeline`]
-//!   enqueues a transaction's events only after its Redis writes are acknowledged.
+//! * I1 order: [`write::redis_sink`] writes every replica before the version token;
+//!   [`write::apply`] enqueues a transaction's events only after its Redis writes are
+//!   acknowledged.
 //! * I2 no regression: every write is fenced by the change's fence position ([`write::fence`],
 //!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]).
-//! * I3 no loss: [`ha::checkpoint`] moves only past transactions whose writes and events were all
-//!   acknowledged; [`binlog::reader`] resumes from the end of the last whole transaction.
+//! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
+//!   writes and events were all acknowledged; [`binlog::reader`] resumes from the end of the last
+//!   whole transaction.
 //! * I6 bounded memory: bounded channels between the tasks of [`pipeline`].
-//! * I7 bad input: [`config`] errors name the field; decode errors name the binlog position.
+//! * I7 bad input: [`config`] errors name the field, decode errors name the binlog position,
+//!   [`error`] classifies MySQL, Redis and Kafka failures.
 //!
 //! # Errors
 //!
 //! [`error::Error`] is either *definite* (about the data or the setup: retrying cannot help;
 //! binval stops and names the setting, table or position, and acknowledges nothing after it) or
 //! *transient* (about the world: a connection dropped, a service is briefly away; the
-//! pipeline restarts from its checkpoint with backoff).
+//! pipeline restarts from its checkpoint with backoff). One classifier per client decides
+//! which: [`error::classify_mysql`], [`error::classify_redis`], [`error::classify_kafka`].
 
 pub mod binlog;
 pub mod commands;

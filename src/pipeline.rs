@@ -32,7 +32,8 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::binlog::reader::{self, Resume, SourceStats};
+use crate::binlog::reader;
+use crate::binlog::resume::{self, Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;
 use crate::config::{Config, StartForms, StartPoint};
@@ -220,9 +221,9 @@ async fn prepare(
     let detected = if info.mariadb { server::mariadb_json_columns(&mut conn, &mapped_tables(cfg)).await? } else { Default::default() };
     let mapper = Mapper::with_detected_json(&cfg.mappings, mapper, detected);
     drop(conn);
-    let start = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START).expect("validated");
+    let start = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
     let checkpoint = saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None });
-    let resume = reader::initial_resume(checkpoint, &start.to_start_position().expect("source.start takes no time"), &info);
+    let resume = resume::initial_resume(checkpoint, &start, &info)?;
     let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let gtids = saved.as_ref().and_then(|c| c.gtid.as_deref()).map(GtidState::from_saved).unwrap_or_default();
     match (&saved, &resume) {

@@ -73,7 +73,7 @@ impl StartPoint {
         }
         if let Some(g) = s.strip_prefix("gtid:") {
             let set: MariadbGtidPosition = g.parse().map_err(|_| bad())?;
-            if !forms.gtid_set && g.contains(',') {
+            if set.is_empty() || (!forms.gtid_set && g.contains(',')) {
                 return Err(bad());
             }
             return Ok(StartPoint::Gtid(set));
@@ -95,31 +95,6 @@ impl StartPoint {
             _ => None,
         }
     }
-
-    /// `source.start` in the shape `binlog::reader::initial_resume` takes ([`StartPosition`]);
-    /// `None` for a time, which `source.start` does not accept.
-    pub fn to_start_position(&self) -> Option<StartPosition> {
-        match self {
-            StartPoint::Current => Some(StartPosition::Current),
-            StartPoint::Binlog(p) => Some(StartPosition::FilePos { file: p.file.clone(), pos: p.pos }),
-            StartPoint::Gtid(g) => Some(StartPosition::Gtid(g.to_string())),
-            StartPoint::Time(_) => None,
-        }
-    }
-}
-
-/// The shape of `source.start` that `binlog::reader::initial_resume` takes. Not parsed
-/// anywhere: built from a [`StartPoint`] ([`StartPoint::to_start_position`]). Kept only
-/// because `src/binlog` is restructured separately; remove it once `initial_resume` takes a
-/// [`StartPoint`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartPosition {
-    /// The primary's current binlog position (SHOW MASTER STATUS).
-    Current,
-    /// A binlog position.
-    FilePos { file: String, pos: u64 },
-    /// A MariaDB GTID position (`domain-server-seq[,..]`).
-    Gtid(String),
 }
 
 #[cfg(test)]

@@ -212,7 +212,8 @@ async fn case_23_mariadb_compressed_events() {
     assert_eq!(binlog_rows::offline_rows(&db, &from, &name).unwrap(), want, "offline");
 
     // Restart from a MariaDB GTID position taken before the first INSERT.
-    let mut live = binlog_rows::Live::start(&db, std::slice::from_ref(&table), binval::binlog::reader::Resume::Gtid(gtid_before.clone()));
+    let mut live =
+        binlog_rows::Live::start(&db, std::slice::from_ref(&table), binval::binlog::resume::Resume::Gtid(gtid_before.parse().unwrap()));
     assert_eq!(live.rows(5, 30).await, want, "live, from gtid {gtid_before}");
     live.stop().await;
 }
@@ -435,7 +436,7 @@ async fn case_26_gtid_resume_and_purged_position() {
     db.sql(&format!("USE `{name}`; INSERT INTO g VALUES (3,3);")).unwrap();
     let table = vec![format!("{name}.g")];
     let ids = |rows: &[Value]| rows.iter().map(|r| r["after"]["id"].as_i64().unwrap()).collect::<Vec<_>>();
-    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(after_2.clone()));
+    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::resume::Resume::Gtid(after_2.parse().unwrap()));
     assert_eq!(ids(&live.rows(1, 30).await), vec![3]);
     db.sql(&format!("USE `{name}`; INSERT INTO g VALUES (4,4); INSERT INTO g VALUES (5,5);")).unwrap();
     assert_eq!(ids(&live.rows(3, 30).await), vec![3, 4, 5]);
@@ -454,10 +455,10 @@ async fn case_26_gtid_resume_and_purged_position() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     db.sql(&format!("INSERT INTO `{name}`.g VALUES (6,6);")).unwrap();
-    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(after_5));
+    let mut live = binlog_rows::Live::start(&db, &table, binval::binlog::resume::Resume::Gtid(after_5.parse().unwrap()));
     assert_eq!(ids(&live.rows(1, 30).await), vec![6], "resume after the purge");
     live.stop().await;
-    let live = binlog_rows::Live::start(&db, &table, binval::binlog::reader::Resume::Gtid(at_start.clone()));
+    let live = binlog_rows::Live::start(&db, &table, binval::binlog::resume::Resume::Gtid(at_start.parse().unwrap()));
     let e = live.error(30).await.to_string();
     assert!(e.contains("does not have binlog position") && e.contains(&at_start), "{e}");
 }

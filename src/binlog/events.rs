@@ -19,7 +19,7 @@ use mysql_common::binlog::events::{
 use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
-use crate::binlog::reader::{Resume, SourceStats};
+use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};

@@ -4,6 +4,7 @@
 //! | module | step |
 //! |---|---|
 //! | [`server`] | the source server: connect, preflight, binary logs, schema checks |
+//! | [`resume`] | where a replica connection starts (checkpoint or `source.start`), the reader's counters |
 //! | [`reader`] | the replica connection: start/resume, heartbeats, reconnect, events -> transactions |
 //! | `events` | the live reader's handler per event type (rotate, TABLE_MAP, rows, XID, GTID, query...) |
 //! | [`framing`] | events as stored -> events to handle, shared by both readers: MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, skippable unknown events, the TABLE_MAP cache |
@@ -18,5 +19,6 @@ mod events;
 pub mod framing;
 pub mod offline;
 pub mod reader;
+pub mod resume;
 pub mod server;
 pub mod txn;

@@ -32,50 +32,12 @@ use mysql_async::{BinlogStream, BinlogStreamRequest};
 use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
-use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file, ServerInfo};
+use crate::binlog::resume::{Resume, SourceStats};
+use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
 use crate::binlog::txn::Transaction;
-use crate::config::{SourceConfig, StartPosition};
+use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};
-
-/// Where the source begins reading.
-#[derive(Debug, Clone)]
-pub enum Resume {
-    /// A binlog position (from a checkpoint or `FILE:POS`).
-    FilePos(SourcePosition),
-    /// A MariaDB GTID position.
-    Gtid(String),
-}
-
-impl std::fmt::Display for Resume {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Resume::FilePos(p) => write!(f, "{}:{}", p.file, p.pos),
-            Resume::Gtid(g) => write!(f, "gtid {g}"),
-        }
-    }
-}
-
-/// Decide the first position: checkpoint, else the configured start.
-pub fn initial_resume(checkpoint: Option<SourcePosition>, start: &StartPosition, info: &ServerInfo) -> Resume {
-    match (checkpoint, start) {
-        (Some(p), _) => Resume::FilePos(p),
-        (None, StartPosition::Current) => Resume::FilePos(info.current.clone()),
-        (None, StartPosition::FilePos { file, pos }) => Resume::FilePos(SourcePosition { file: file.clone(), pos: *pos, gtid: None }),
-        (None, StartPosition::Gtid(g)) => Resume::Gtid(g.clone()),
-    }
-}
-
-/// Counters the source shares with the progress log.
-#[derive(Debug, Default)]
-pub struct SourceStats {
-    /// Binlog events read.
-    pub events: std::sync::atomic::AtomicU64,
-    /// Row changes of mapped tables decoded.
-    pub rows: std::sync::atomic::AtomicU64,
-    /// Reconnects after a failure.
-    pub reconnects: std::sync::atomic::AtomicU64,
-}
 
 /// Run the source until `shutdown` turns true or a definite error: read, decode, assemble, and
 /// send committed transactions to `out` in commit order. Transient failures reconnect with

@@ -37,7 +37,8 @@ use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::binlog::reader::{self, Resume, SourceStats};
+use crate::binlog::reader;
+use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
@@ -264,7 +265,7 @@ async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig])
             server::require_binlog_file(&logs, p, "--from")?;
             (Resume::FilePos(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }), 0)
         }
-        StartPoint::Gtid(g) => (Resume::Gtid(g.to_string()), 0),
+        StartPoint::Gtid(g) => (Resume::Gtid(g.clone()), 0),
         StartPoint::Time(ms) => {
             let file = file_for_time(&source, &logs, *ms).await?;
             (Resume::FilePos(SourcePosition { file, pos: 4, gtid: None }), *ms)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use binval::binlog::decode::{RowChange, RowKind};
-use binval::binlog::reader::{Resume, SourceStats};
+use binval::binlog::resume::{Resume, SourceStats};
 use binval::binlog::txn::Transaction;
 use binval_protocol::SourcePosition;
 use binval_testkit as tk;

@@ -192,10 +192,15 @@ impl fmt::Display for MariadbGtidPosition {
 impl FromStr for MariadbGtidPosition {
     type Err = PositionParseError;
 
-    /// `D-S-N[,D-S-N...]`, at least one GTID; a later GTID of the same domain wins.
+    /// `D-S-N[,D-S-N...]`; a later GTID of the same domain wins. The empty text is the empty
+    /// position (what `@@gtid_binlog_pos` holds before the first GTID: a replica connecting
+    /// with it reads from the start of the binlog).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || PositionParseError { text: s.to_string(), expected: "a MariaDB GTID position like 0-1-100[,1-2-7]" };
         let mut out = MariadbGtidPosition::default();
+        if s.trim().is_empty() {
+            return Ok(out);
+        }
         for one in s.trim().split(',') {
             out.record(one.parse().map_err(|_| bad())?);
         }
@@ -232,5 +237,6 @@ mod tests {
         assert_eq!(p.to_string(), "0-1-6,1-2-7");
         assert_eq!(p.get(1).map(|g| g.seq), Some(7));
         assert!("0-1-5,".parse::<MariadbGtidPosition>().is_err());
+        assert!(" ".parse::<MariadbGtidPosition>().unwrap().is_empty());
     }
 }
