@@ -187,36 +187,6 @@ async fn kafka_broker_down_and_erroring_mock_cluster_loses_nothing() {
     run.stop().await;
 }
 
-/// A produce error retrying cannot fix (here the broker's ACLs refuse the topic, injected on
-/// librdkafka's mock cluster) stops `binval run` with a definite error naming key and topic,
-/// instead of restarting forever.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_definite_kafka_error_stops_run_naming_key_and_topic() {
-    use rdkafka::mocking::MockCluster;
-    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-
-    let mock = MockCluster::new(1).unwrap();
-    let env = Env::new("kafkarefused", RedisKind::Standalone);
-    mock.create_topic(&env.topic, 3, 1).unwrap();
-    seed(&env).await;
-    let start = env.binlog_now().await;
-    let text = env
-        .config_toml(&start, MAPPING)
-        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", mock.bootstrap_servers()));
-    mock.request_errors(RDKafkaApiKey::Produce, &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 50]);
-    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
-    env.exec("INSERT INTO items VALUES (1, 1)").await;
-    let started = Instant::now();
-    let stats = run.stats.clone();
-    let e = run.expect_error(60).await;
-    let text = e.to_string();
-    assert!(!e.is_transient(), "definite: {text}");
-    assert!(text.contains(&format!("{}:item:1", env.prefix)) && text.contains(&env.topic), "names key and topic: {text}");
-    assert!(matches!(e, binval::error::Error::Definite(binval::error::DefiniteError::KafkaRefused { .. })), "{text}");
-    assert_eq!(stats.restarts.load(Relaxed), 0, "no restart loop");
-    println!("stopped after {:?}: {text}", started.elapsed());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_broker_stop_and_start_loses_nothing() {
     let mut broker = tk::OwnedBroker::start_new().unwrap();
