@@ -38,10 +38,11 @@ pub struct PositionParseError {
 }
 
 /// The index of a binlog file: the number after the last `.` of its name (`mysql-bin.000042`
-/// -> 42). MySQL and MariaDB name files `basename.NNNNNN` and count up by one per file, so the
-/// index orders files; `None` when the name has no numeric suffix.
+/// -> 42; a name without a `.` is read whole, `000042` -> 42). MySQL and MariaDB name files
+/// `basename.NNNNNN` and count up by one per file, so the index orders files; `None` when the
+/// name has no numeric suffix.
 pub fn file_index(file: &str) -> Option<u64> {
-    file.rsplit_once('.')?.1.parse().ok()
+    file.rsplit('.').next()?.parse().ok()
 }
 
 /// A binlog position: the binlog file and the byte offset of an event boundary in it.
@@ -225,6 +226,7 @@ mod tests {
         }
         assert_eq!(file_index("mysql-bin.000042"), Some(42));
         assert_eq!(file_index("binlog"), None);
+        assert_eq!(file_index("000007"), Some(7));
     }
 
     #[test]
