@@ -151,7 +151,15 @@ async fn kafka_broker_down_and_erroring_mock_cluster_loses_nothing() {
     let start = env.binlog_now().await;
     let text = env
         .config_toml(&start, MAPPING)
-        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", mock.bootstrap_servers()));
+        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", mock.bootstrap_servers()))
+        // One produce request in flight. The mock cluster answers an injected error without
+        // storing the batch, yet accepts the next sequence number of a batch already in flight;
+        // librdkafka's idempotent producer then counts the failed batch as "implicitly acked by
+        // subsequent batch success" and reports it delivered. A real broker refuses the later
+        // batch (OUT_OF_ORDER_SEQUENCE_NUMBER), so this is the mock's artifact, not a loss:
+        // under CPU load it lost the first event after the injected errors in about half the
+        // runs (librdkafka debug log, IMPLICITACK). See the note on issue #9.
+        .replace("[kafka.properties]\n", "[kafka.properties]\n\"max.in.flight.requests.per.connection\" = \"1\"\n");
     let run = pipeline_env::start(Config::from_toml(&text).unwrap());
     let mut r = env.redis_client();
     let first = write_during(&env, 3, Duration::from_millis(300)).await;

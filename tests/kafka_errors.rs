@@ -2,9 +2,8 @@
 //! librdkafka's mock cluster: `binval run` stops naming key and topic instead of restarting
 //! forever.
 //!
-//! A test binary of its own: run beside `tests/faults.rs`'s mock-cluster outage test in one
-//! process, that test lost an event in some runs (see the note on issue #9); kept apart until
-//! that is understood.
+//! A test binary of its own, so the mock cluster of this test never shares a process (and the
+//! CPU) with `tests/faults.rs`'s mock-cluster outage test.
 
 mod pipeline_env;
 
