@@ -113,8 +113,9 @@ impl RedisConn {
     }
 
     /// Every key matching the glob `pattern`: `SCAN MATCH` over the server, or over every
-    /// master of a cluster (a key lives on one master only; duplicates are removed). Errors are
-    /// classified per [`classify_redis`], naming the pattern.
+    /// master of a cluster, in no particular order. `SCAN` may return a key more than once (a
+    /// rehash, a slot moving between masters): callers that need each key once sort and dedup.
+    /// Errors are classified per [`classify_redis`], naming the pattern.
     pub async fn scan_match(&self, pattern: &str) -> Result<Vec<String>, Error> {
         let mut keys: Vec<String> = Vec::new();
         match self {
@@ -125,8 +126,6 @@ impl RedisConn {
                 }
             }
         }
-        keys.sort();
-        keys.dedup();
         Ok(keys)
     }
 

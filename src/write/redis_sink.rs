@@ -156,10 +156,11 @@ impl RedisConn {
     /// batched `KEY_CONCURRENCY` keys at a time).
     pub async fn invalidate_template(&self, template: &KeyTemplate, replicas: u32, table: &Arc<str>, w: &WriteCtx) -> Result<u64, Error> {
         let pattern = format!("{}:ver", template.glob());
-        // Sorted by logical key (the order the writes go in, 4096 keys at a time).
+        // Each logical key once, sorted (the order the writes go in, 4096 keys at a time).
         let mut keys: Vec<String> =
             self.scan_match(&pattern).await?.into_iter().filter_map(|k| k.strip_suffix(":ver").map(String::from)).collect();
         keys.sort();
+        keys.dedup();
         let n = keys.len() as u64;
         for chunk in keys.chunks(4096) {
             let changes: Vec<KeyChange> = chunk
