@@ -95,14 +95,7 @@ impl CheckpointTask {
     async fn acknowledge(&mut self, p: Pending, acked: &mut Option<SourcePosition>) -> Result<(), Error> {
         let had_events = !p.deliveries.is_empty();
         for (key, d) in p.deliveries {
-            self.kafka
-                .delivered(
-                    &key,
-                    d,
-                    &format!("delivery of event for key {key} failed"),
-                    &format!("delivery of event for key {key} was cancelled"),
-                )
-                .await?;
+            self.kafka.delivered(&key, d).await?;
             self.stats.event_acked();
             metrics::counter!(names::EVENTS_ACKED).increment(1);
         }

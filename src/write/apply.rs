@@ -258,7 +258,7 @@ impl Writer {
         metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
         if self.options.await_deliveries {
             for (key, d) in o.deliveries.drain(..) {
-                kafka.delivered(&key, d, &format!("event for key {key}"), &format!("event for key {key} cancelled")).await?;
+                kafka.delivered(&key, d).await?;
                 o.events_acked += 1;
             }
         }

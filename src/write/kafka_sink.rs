@@ -98,13 +98,16 @@ impl KafkaSink {
 
     /// Wait for the delivery of the event of `key` (`delivery`, from [`KafkaSink::enqueue`]).
     /// A failed delivery is classified per [`classify_kafka`] (definite: names key and topic;
-    /// transient: `failed` and the error); a cancelled one (the producer went away) is
-    /// transient with the message `cancelled`.
-    pub async fn delivered(&self, key: &str, delivery: DeliveryFuture, failed: &str, cancelled: &str) -> Result<(), Error> {
+    /// transient: "delivery of event for key K failed" and the error); a cancelled one (the
+    /// producer went away) is transient. The messages are built only on failure: this runs once
+    /// per event.
+    pub async fn delivered(&self, key: &str, delivery: DeliveryFuture) -> Result<(), Error> {
         match delivery.await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err((e, _))) => Err(classify_kafka(&e, key, &self.topic, self.create_topic, failed)),
-            Err(_) => Err(TransientError::Kafka(cancelled.to_string()).into()),
+            Ok(Err((e, _))) => {
+                Err(classify_kafka(&e, key, &self.topic, self.create_topic, &format!("delivery of event for key {key} failed")))
+            }
+            Err(_) => Err(TransientError::Kafka(format!("delivery of event for key {key} was cancelled")).into()),
         }
     }
 
