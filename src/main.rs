@@ -49,32 +49,8 @@ enum Command {
         /// Config file (TOML or YAML): the same as `run`'s.
         #[arg(long, short, env = "BINVAL_CONFIG")]
         config: PathBuf,
-        /// Start: FILE:POS, gtid:D-S-N (the first transaction after it) or a UTC date-time
-        /// "YYYY-MM-DD HH:MM:SS".
-        #[arg(long)]
-        from: String,
-        /// End, inclusive (same forms). Default: the primary's position when replay starts.
-        #[arg(long)]
-        to: Option<String>,
-        /// Only this mapped table (`schema.table`); repeat for several. Default: all mapped tables.
-        #[arg(long = "table")]
-        tables: Vec<String>,
-        /// Print what would change and write nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// At most this many key changes per second.
-        #[arg(long)]
-        rate: Option<u32>,
-        /// server_id of replay's replica connection (default: source.server_id + 1000000).
-        #[arg(long)]
-        server_id: Option<u32>,
-        /// No progress line on stderr.
-        #[arg(long)]
-        quiet: bool,
-        /// When the checkpoint records renamed mapped tables: `checkpoint` (they were renamed
-        /// before --from) or `none` (start with the configured names).
-        #[arg(long, value_parser = ["checkpoint", "none"])]
-        renames: Option<String>,
+        #[command(flatten)]
+        args: ReplayCli,
     },
     /// Publish the invalidation events of a past range again, so app instances that missed
     /// them (e.g. partitioned from the broker) apply them now. Idempotent for consumers (the
@@ -135,10 +111,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run { .. } => binval::commands::run::run(cfg).await,
             Command::Check { .. } => binval::commands::check::check(cfg).await,
-            Command::Replay { from, to, tables, dry_run, rate, server_id, quiet, renames, .. } => {
-                let cli = ReplayCli { from, to, tables, dry_run, rate, server_id, quiet, renames };
-                binval::commands::replay::cli(cfg, cli).await
-            }
+            Command::Replay { args, .. } => binval::commands::replay::cli(cfg, args).await,
             Command::Republish { from, to, dry_run, .. } => binval::commands::republish::cli(&cfg, &from, to.as_deref(), dry_run).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
         }

@@ -72,19 +72,16 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     let collations: Vec<(Option<u64>, Option<String>)> =
         conn.query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS").await.map_err(q)?;
     crate::binlog::decode::charset::learn_from_server(collations.into_iter().filter_map(|(id, cs)| Some((id? as u16, cs?))).collect());
-    let status: Option<mysql_async::Row> = conn.query_first("SHOW MASTER STATUS").await.map_err(q)?;
-    let status = status.ok_or_else(|| DefiniteError::SourceSetting {
+    let current = current_position(conn).await?.ok_or_else(|| DefiniteError::SourceSetting {
         setting: "log_bin",
         found: "no binlog (SHOW MASTER STATUS is empty)".into(),
         want: "ON",
     })?;
-    let file: String = status.get(0).unwrap_or_default();
-    let pos: u64 = status.get(1).unwrap_or_default();
     Ok(ServerInfo {
         mariadb: version.to_ascii_lowercase().contains("mariadb"),
         version,
         checksum: !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"),
-        current: SourcePosition { file, pos, gtid: None },
+        current: SourcePosition { file: current.file, pos: current.pos, gtid: None },
     })
 }
 
@@ -142,6 +139,14 @@ pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingC
         }
     }
     Ok(problems)
+}
+
+/// The primary's current binlog position (`SHOW MASTER STATUS`); `None` when the binlog is
+/// off (the statement returns no row).
+pub async fn current_position(conn: &mut Conn) -> Result<Option<BinlogPosition>, Error> {
+    let status: Option<mysql_async::Row> =
+        conn.query_first("SHOW MASTER STATUS").await.map_err(|e| classify_mysql(e, "SHOW MASTER STATUS"))?;
+    Ok(status.map(|r| BinlogPosition::new(r.get::<String, _>(0).unwrap_or_default(), r.get::<u64, _>(1).unwrap_or_default())))
 }
 
 /// Binlog files the server still has (SHOW BINARY LOGS).

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use binval_protocol::{BinlogPosition, MariadbGtid, SourcePosition};
-use mysql_async::prelude::Queryable;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
@@ -49,24 +48,35 @@ use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
 
-/// The command line of `binval replay`, as given (validated by [`ReplayArgs::from_cli`]).
-#[derive(Debug, Clone)]
+/// The flags of `binval replay`, as given (clap; validated by [`ReplayArgs::from_cli`]). The
+/// field docs are the `--help` text.
+#[derive(Debug, Clone, clap::Args)]
 pub struct ReplayCli {
-    /// `--from`.
+    /// Start: FILE:POS, gtid:D-S-N (the first transaction after it) or a UTC date-time
+    /// "YYYY-MM-DD HH:MM:SS".
+    #[arg(long)]
     pub from: String,
-    /// `--to`.
+    /// End, inclusive (same forms). Default: the primary's position when replay starts.
+    #[arg(long)]
     pub to: Option<String>,
-    /// `--table` (repeated).
+    /// Only this mapped table (`schema.table`); repeat for several. Default: all mapped tables.
+    #[arg(long = "table")]
     pub tables: Vec<String>,
-    /// `--dry-run`.
+    /// Print what would change and write nothing.
+    #[arg(long)]
     pub dry_run: bool,
-    /// `--rate`.
+    /// At most this many key changes per second.
+    #[arg(long)]
     pub rate: Option<u32>,
-    /// `--server-id`.
+    /// server_id of replay's replica connection (default: source.server_id + 1000000).
+    #[arg(long)]
     pub server_id: Option<u32>,
-    /// `--quiet`.
+    /// No progress line on stderr.
+    #[arg(long)]
     pub quiet: bool,
-    /// `--renames`: `checkpoint` or `none`.
+    /// When the checkpoint records renamed mapped tables: `checkpoint` (they were renamed
+    /// before --from) or `none` (start with the configured names).
+    #[arg(long, value_parser = ["checkpoint", "none"])]
     pub renames: Option<String>,
 }
 
@@ -403,11 +413,10 @@ fn gtid_seq(txn: &Transaction, domain: u32) -> Option<u64> {
 /// last transaction replayed (or the end of the range was passed).
 async fn caught_up(cfg: &SourceConfig, last: Option<&SourcePosition>, to: &StartPoint) -> Result<bool, Error> {
     let mut conn = server::connect(cfg).await?;
-    let row: Option<mysql_async::Row> =
-        conn.query_first("SHOW MASTER STATUS").await.map_err(|e| crate::error::classify_mysql(e, "SHOW MASTER STATUS"))?;
+    let current = server::current_position(&mut conn).await?;
     let _ = conn.disconnect().await;
-    let Some(row) = row else { return Ok(true) };
-    let cur = BinlogPosition::new(row.get::<String, _>(0).unwrap_or_default(), row.get::<u64, _>(1).unwrap_or(0)).order_key();
+    let Some(current) = current else { return Ok(true) };
+    let cur = current.order_key();
     let Some(last) = last else { return Ok(false) };
     let last = BinlogPosition::from(last).order_key();
     Ok(match to {
