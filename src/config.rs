@@ -79,6 +79,29 @@ pub struct Config {
     /// Prometheus metrics endpoint.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// How transactions are grouped when they are applied.
+    #[serde(default)]
+    pub apply: ApplyConfig,
+}
+
+/// `[apply]`: group apply. The apply stage takes every committed transaction already read
+/// (up to `max_group_rows` rows) as one group, keeps one change per key (the newest), writes
+/// all of the group's keys with one pipeline per Redis master per step, publishes one event
+/// per key and moves the checkpoint once the whole group is acknowledged. At low load a group
+/// is one transaction.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyConfig {
+    /// Decoded rows per group (a larger transaction is applied alone, in chunks of this many
+    /// rows). Default 4096.
+    #[serde(default = "default_max_group_rows")]
+    pub max_group_rows: usize,
+}
+
+impl Default for ApplyConfig {
+    fn default() -> Self {
+        ApplyConfig { max_group_rows: default_max_group_rows() }
+    }
 }
 
 /// `[metrics]`.
@@ -136,6 +159,29 @@ pub struct SourceConfig {
     /// third of it. Default 5000.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: u64,
+    /// `schema.table` of binval's heartbeat table, unset = no heartbeats. The active instance
+    /// upserts the row `source = <source.name>` with `ts_us` = the primary's
+    /// `UNIX_TIMESTAMP(NOW(6))` in µs every `heartbeat_interval_ms`, creating the table if it is
+    /// missing (`CREATE TABLE IF NOT EXISTS t (source VARCHAR(64) PRIMARY KEY, ts_us BIGINT NOT
+    /// NULL)`; the user needs INSERT and UPDATE on it, and CREATE unless it exists). Seen back
+    /// through the binlog, the row gives the lag (`binval_lag_seconds`,
+    /// `binval_heartbeat_lag_seconds`) sub-second precision, where binlog headers carry whole
+    /// seconds, and keeps the lag measured while no application writes. The table is never
+    /// mapped: its rows reach neither Redis nor Kafka.
+    #[serde(default)]
+    pub heartbeat_table: Option<String>,
+    /// How often the heartbeat row is written, ms. Default 500.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+    /// Row events of one transaction held in memory, MiB; beyond it they go to a temporary
+    /// file in `spill_dir` (deleted once the transaction is applied or dropped). Transactions
+    /// read but not yet applied hold at most twice this in all. Default 32.
+    #[serde(default = "default_transaction_memory_mb")]
+    pub transaction_memory_mb: u64,
+    /// Folder of the temporary files of large transactions. Default: the system's temp
+    /// folder (`TMPDIR`, else `/tmp`).
+    #[serde(default)]
+    pub spill_dir: Option<PathBuf>,
 }
 
 /// How the fence position of a transaction is derived.
@@ -355,6 +401,15 @@ fn default_interval_ms() -> u64 {
 fn default_replicas() -> u32 {
     1
 }
+fn default_heartbeat_interval_ms() -> u64 {
+    500
+}
+fn default_transaction_memory_mb() -> u64 {
+    32
+}
+fn default_max_group_rows() -> usize {
+    4096
+}
 
 impl Config {
     /// Load `path` (TOML or YAML by extension) with `BINVAL__*` environment overrides, then
@@ -408,6 +463,28 @@ impl Config {
         }
         if !(300..=600_000).contains(&self.source.lease_ms) {
             return Err(bad("source.lease_ms".into(), "must be 300..=600000 ms".into()));
+        }
+        if let Some(t) = &self.source.heartbeat_table {
+            if !is_schema_table(t) {
+                return Err(bad("source.heartbeat_table".into(), format!("`{t}` must be `schema.table` (letters, digits, _ and $)")));
+            }
+            if self.mappings.iter().any(|m| m.table == *t) {
+                return Err(bad("source.heartbeat_table".into(), format!("`{t}` is also a mapped table; use a table of its own")));
+            }
+        }
+        if !(10..=60_000).contains(&self.source.heartbeat_interval_ms) {
+            return Err(bad("source.heartbeat_interval_ms".into(), "must be 10..=60000 ms".into()));
+        }
+        if !(1..=65_536).contains(&self.source.transaction_memory_mb) {
+            return Err(bad("source.transaction_memory_mb".into(), "must be 1..=65536 MiB".into()));
+        }
+        if let Some(d) = &self.source.spill_dir {
+            if !d.is_dir() {
+                return Err(bad("source.spill_dir".into(), format!("`{}` is not a folder", d.display())));
+            }
+        }
+        if !(1..=1_000_000).contains(&self.apply.max_group_rows) {
+            return Err(bad("apply.max_group_rows".into(), "must be 1..=1000000 rows".into()));
         }
         if self.redis.tombstone_ttl_ms == 0 {
             return Err(bad("redis.tombstone_ttl_ms".into(), "must be > 0 (a tombstone without TTL would never leave Redis)".into()));
@@ -481,6 +558,13 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// `schema.table` with plain identifiers (the heartbeat table is written in SQL by binval, so
+/// its name must need no quoting).
+fn is_schema_table(t: &str) -> bool {
+    let ok = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    matches!(t.split_once('.'), Some((s, n)) if ok(s) && ok(n))
 }
 
 /// Hide the password of a `scheme://user:password@host` URL for logs and errors.

@@ -299,30 +299,50 @@ enum Phase {
 /// readers). The kept change has the last op, except that a key inserted and then updated in
 /// the same transaction stays an `insert`. Kept changes stay in the order of their last appearance.
 pub fn collapse_per_key(changes: &mut Vec<KeyChange>) {
+    collapse_per_key_with(changes, &mut Vec::<()>::new());
+}
+
+/// [`collapse_per_key`] over the changes of several transactions in commit order (a group,
+/// see `write::apply`), keeping `tags[i]` (e.g. the change's transaction) with `changes[i]`
+/// when `tags` is as long as `changes` (an empty `tags` is left alone). The newest change of
+/// each key wins: writes are fenced and consumers evict by version, so the older ones need not
+/// be written.
+pub fn collapse_per_key_with<T>(changes: &mut Vec<KeyChange>, tags: &mut Vec<T>) {
     if changes.len() < 2 {
         return;
     }
-    let mut last: HashMap<String, usize> = HashMap::with_capacity(changes.len());
-    for (i, c) in changes.iter().enumerate() {
-        last.insert(c.key.clone(), i);
-    }
-    if last.len() == changes.len() {
-        return;
-    }
-    let mut first_op: HashMap<String, Op> = HashMap::new();
-    for c in changes.iter() {
-        first_op.entry(c.key.clone()).or_insert(c.op);
-    }
-    let mut i = 0;
-    changes.retain(|c| {
-        let keep = last[&c.key] == i;
-        i += 1;
-        keep
-    });
-    for c in changes.iter_mut() {
-        if first_op[&c.key] == Op::Insert && c.op == Op::Update {
+    let (keep, first_insert): (Vec<bool>, Vec<bool>) = {
+        let mut last: HashMap<&str, (usize, bool)> = HashMap::with_capacity(changes.len());
+        for (i, c) in changes.iter().enumerate() {
+            last.entry(c.key.as_str()).and_modify(|e| e.0 = i).or_insert((i, c.op == Op::Insert));
+        }
+        if last.len() == changes.len() {
+            return;
+        }
+        let mut keep = vec![false; changes.len()];
+        let mut first_insert = vec![false; changes.len()];
+        for (i, ins) in last.into_values() {
+            keep[i] = true;
+            first_insert[i] = ins;
+        }
+        (keep, first_insert)
+    };
+    for (i, c) in changes.iter_mut().enumerate() {
+        if keep[i] && first_insert[i] && c.op == Op::Update {
             c.op = Op::Insert;
         }
+    }
+    let mut i = 0;
+    changes.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    if tags.len() == keep.len() {
+        let mut i = 0;
+        tags.retain(|_| {
+            i += 1;
+            keep[i - 1]
+        });
     }
 }
 

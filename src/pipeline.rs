@@ -4,16 +4,30 @@
 //! This module is wiring and supervision only: the steps live in [`crate::binlog::reader`],
 //! [`crate::write::apply`] and [`crate::ha::checkpoint_task`].
 //!
-//! Three tasks joined by bounded channels (so memory stays bounded by channel capacity plus
-//! one open transaction):
+//! Three tasks joined by bounded channels (so memory stays bounded: see "Memory" below):
 //!
-//! 1. the source task reads the binlog and sends committed [`Transaction`]s in commit order;
-//! 2. the apply task maps each transaction to key changes, writes Redis (replicas, then version
-//!    token) and enqueues one Kafka event per key change — only after the Redis writes of that
-//!    transaction are acknowledged (I1);
-//! 3. the checkpoint task waits for every Kafka delivery of a transaction, in order, and only
+//! 1. the source task reads the binlog and sends committed [`Transaction`]s in commit order,
+//!    their row events held raw (not decoded);
+//! 2. the apply task takes every transaction already queued as one group
+//!    ([`crate::write::group`]), decodes and maps it to one change per key, writes Redis
+//!    (replicas, then version tokens, one pipeline per master per step) and enqueues one
+//!    Kafka event per key — only after the Redis writes of the group are acknowledged (I1);
+//! 3. the checkpoint task waits for every Kafka delivery of a group, in order, and only
 //!    then moves the acknowledged position past it (I3); it saves at most once per interval
 //!    and once more when the pipeline stops for any reason.
+//!
+//! With `source.heartbeat_table` set, a fourth task writes the heartbeat row every
+//! `source.heartbeat_interval_ms` (seen back through the binlog, it gives the lag sub-second
+//! precision), and a metrics task keeps `binval_lag_seconds` and the queue depths current.
+//!
+//! # Memory
+//!
+//! Transactions read but not applied: at most [`TXN_CHANNEL`] in the channel, their row events
+//! in memory together at most twice `source.transaction_memory_mb` (a budget the source waits
+//! on, [`crate::binlog::reader::MemoryBudget`]); one transaction's row events beyond
+//! `source.transaction_memory_mb` are in a temporary file. Decoded rows: one group (at most
+//! `apply.max_group_rows`) at a time. Events in flight: [`ACK_CHANNEL`] groups (or chunks of
+//! a large transaction), each at most `apply.max_group_rows` times the key templates of a row.
 //!
 //! Before any of it runs, the instance takes the source's lease ([`crate::ha::lease`]); while
 //! another instance holds it, this one waits as standby. A fourth task renews the lease and
@@ -49,9 +63,9 @@ use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
 
 /// Committed transactions buffered between source and apply.
-const TXN_CHANNEL: usize = 256;
-/// Transactions whose Kafka deliveries are awaited at once.
-const ACK_CHANNEL: usize = 4096;
+pub const TXN_CHANNEL: usize = 4096;
+/// Groups whose Kafka deliveries are awaited at once.
+pub const ACK_CHANNEL: usize = 64;
 
 /// Counters of a running pipeline, for the progress log and tests.
 #[derive(Debug, Default)]
@@ -70,12 +84,31 @@ pub struct Stats {
     pub restarts: AtomicU64,
     /// Last acknowledged position, `file:pos`.
     pub acked: std::sync::Mutex<Option<SourcePosition>>,
+    /// Commit time of the last acknowledged transaction, Unix ms (the heartbeat row's, when it
+    /// was one).
+    pub acked_commit_ms: AtomicU64,
+    /// Groups applied (a group is every transaction queued when the apply stage took it).
+    pub groups: AtomicU64,
+    /// Large transactions applied alone, in chunks.
+    pub large_transactions: AtomicU64,
+    /// Large transactions whose row events went to a temporary file.
+    pub spilled_transactions: AtomicU64,
+    /// The `NOW(6)` of the last heartbeat row acknowledged, Unix µs (0: none yet).
+    pub acked_heartbeat_us: AtomicU64,
 }
 
 impl ApplyStats for Stats {
-    fn applied(&self, key_changes: u64) {
+    fn applied(&self, transactions: u64, rows: u64, key_changes: u64) {
         self.key_changes.fetch_add(key_changes, Relaxed);
-        self.transactions.fetch_add(1, Relaxed);
+        self.transactions.fetch_add(transactions, Relaxed);
+        self.source.rows.fetch_add(rows, Relaxed);
+        self.groups.fetch_add(1, Relaxed);
+    }
+    fn large(&self, spilled: bool) {
+        self.large_transactions.fetch_add(1, Relaxed);
+        if spilled {
+            self.spilled_transactions.fetch_add(1, Relaxed);
+        }
     }
 }
 
@@ -83,8 +116,15 @@ impl CheckpointStats for Stats {
     fn event_acked(&self) {
         self.events_acked.fetch_add(1, Relaxed);
     }
-    fn acked(&self, position: &SourcePosition) {
+    fn heartbeat_acked(&self, now_us: u64) {
+        self.acked_heartbeat_us.store(now_us, Relaxed);
+    }
+    fn acked(&self, position: &SourcePosition, transactions: u64, commit_time_ms: u64) {
         *self.acked.lock().unwrap() = Some(position.clone());
+        self.source.in_flight.fetch_sub(transactions as i64, Relaxed);
+        if commit_time_ms > 0 {
+            self.acked_commit_ms.store(commit_time_ms, Relaxed);
+        }
     }
     fn saved(&self) {
         self.checkpoints.fetch_add(1, Relaxed);
@@ -248,6 +288,7 @@ async fn prepare(
         fencing_token: lease.fencing_token,
         tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
         source_name: Arc::from(cfg.source.name.as_str()),
+        max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::run(),
     };
     Ok(Some(Prepared { store, kafka, writer, resume, gtids, names }))
@@ -293,6 +334,13 @@ async fn run_tasks(
         })
     };
     let mapper = p.writer.mapper.clone();
+    stats.source.in_flight.store(0, Relaxed);
+    let watch = metrics_task(stats.clone(), txn_tx.downgrade(), ack_tx.downgrade(), stop_rx.clone());
+    let heartbeat = cfg
+        .source
+        .heartbeat_table
+        .as_ref()
+        .map(|t| tokio::spawn(crate::binlog::heartbeat::run(cfg.source.clone(), t.clone(), stop_rx.clone())));
     let source = reader::run(cfg.source.clone(), mapper, p.names.clone(), p.resume, txn_tx, stop_rx.clone(), stats.source.clone());
     let source_task = spawn(Box::pin(source));
     let apply_task = spawn(Box::pin(apply_loop(p.writer, txn_rx, ack_tx, stats.clone())));
@@ -311,6 +359,10 @@ async fn run_tasks(
     let _ = stop_tx.send(true);
     let l = lease_task.await;
     forward.abort();
+    watch.abort();
+    if let Some(h) = heartbeat {
+        h.abort();
+    }
     let flat = |task: &'static str, r: Result<Result<(), Error>, tokio::task::JoinError>| r.unwrap_or_else(|e| Err(task_failed(task, e)));
     root_cause([flat("lease", l), flat("source", s), flat("apply", a), flat("checkpoint", c)])
 }
@@ -331,6 +383,49 @@ fn root_cause(results: [Result<(), Error>; 4]) -> Option<Error> {
         }
     }
     first
+}
+
+/// Every 250 ms: `binval_lag_seconds` (0 when everything read is acknowledged and the source
+/// is at the end of its binlog; else now minus the commit time of the last acknowledged
+/// transaction, or of the last one read before any was acknowledged) and the queue depths.
+fn metrics_task(
+    stats: Arc<Stats>,
+    txns: mpsc::WeakSender<Transaction>,
+    acks: mpsc::WeakSender<Pending>,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    metrics::gauge!(names::QUEUE_CAPACITY, "stage" => "apply").set(TXN_CHANNEL as f64);
+    metrics::gauge!(names::QUEUE_CAPACITY, "stage" => "checkpoint").set(ACK_CHANNEL as f64);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = stop.wait_for(|v| *v) => return,
+            }
+            let src = &stats.source;
+            let idle = src.in_flight.load(Relaxed) <= 0 && src.at_end.load(Relaxed);
+            let lag_ms = if idle {
+                0
+            } else {
+                let acked = stats.acked_commit_ms.load(Relaxed);
+                let since = if acked > 0 { acked } else { src.read_commit_ms.load(Relaxed) };
+                if since == 0 {
+                    0
+                } else {
+                    crate::now_ms().saturating_sub(since)
+                }
+            };
+            metrics::gauge!(names::LAG_S).set(lag_ms as f64 / 1000.0);
+            for (stage, depth) in [
+                ("apply", txns.upgrade().map(|t| t.max_capacity() - t.capacity())),
+                ("checkpoint", acks.upgrade().map(|t| t.max_capacity() - t.capacity())),
+            ] {
+                if let Some(d) = depth {
+                    metrics::gauge!(names::QUEUE_DEPTH, "stage" => stage).set(d as f64);
+                }
+            }
+        }
+    })
 }
 
 async fn progress_log(stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {

@@ -19,6 +19,13 @@
 //! | `binval_redis_apply_ms` | histogram | Redis time per transaction with mapped rows, ms |
 //! | `binval_commit_to_ack_seconds` | histogram | binlog commit time to Kafka ack, s (1 s resolution: the binlog header has whole seconds) |
 //! | `binval_acked_commit_timestamp_seconds` | gauge | commit time of the last acknowledged transaction, Unix s |
+//! | `binval_lag_seconds` | gauge | seconds behind the source: now minus the commit time of the last acknowledged transaction while transactions read are not all acknowledged, else 0 (sub-second with `source.heartbeat_table`) |
+//! | `binval_heartbeat_lag_seconds` | gauge | acknowledgement time minus the `NOW(6)` of the last heartbeat row seen back, s |
+//! | `binval_apply_group_transactions` | histogram | transactions per applied group |
+//! | `binval_apply_group_keys` | histogram | key changes per applied group (after the per-key collapse) |
+//! | `binval_queue_depth{stage}` | gauge | items waiting before a stage: `apply` (transactions read, not yet applied), `checkpoint` (groups applied, events not yet all acknowledged) |
+//! | `binval_queue_capacity{stage}` | gauge | capacity of that queue |
+//! | `binval_transactions_spilled_total` | counter | transactions whose row events went to a temporary file (`source.transaction_memory_mb`) |
 
 use tracing_subscriber::EnvFilter;
 
@@ -35,6 +42,13 @@ pub mod names {
     pub const REDIS_APPLY_MS: &str = "binval_redis_apply_ms";
     pub const COMMIT_TO_ACK_S: &str = "binval_commit_to_ack_seconds";
     pub const ACKED_COMMIT_TS: &str = "binval_acked_commit_timestamp_seconds";
+    pub const LAG_S: &str = "binval_lag_seconds";
+    pub const HEARTBEAT_LAG_S: &str = "binval_heartbeat_lag_seconds";
+    pub const APPLY_GROUP_TRANSACTIONS: &str = "binval_apply_group_transactions";
+    pub const APPLY_GROUP_KEYS: &str = "binval_apply_group_keys";
+    pub const QUEUE_DEPTH: &str = "binval_queue_depth";
+    pub const QUEUE_CAPACITY: &str = "binval_queue_capacity";
+    pub const TRANSACTIONS_SPILLED: &str = "binval_transactions_spilled_total";
 }
 
 /// Install the global log subscriber. `json`: one JSON object per line. `level`: default filter.
@@ -74,4 +88,11 @@ fn describe() {
     describe_histogram!(REDIS_APPLY_MS, Unit::Milliseconds, "Redis time per transaction");
     describe_histogram!(COMMIT_TO_ACK_S, Unit::Seconds, "binlog commit to Kafka ack");
     describe_gauge!(ACKED_COMMIT_TS, Unit::Seconds, "commit time of the last acknowledged transaction");
+    describe_gauge!(LAG_S, Unit::Seconds, "seconds behind the source");
+    describe_gauge!(HEARTBEAT_LAG_S, Unit::Seconds, "acknowledgement time minus the NOW(6) of the last heartbeat row");
+    describe_histogram!(APPLY_GROUP_TRANSACTIONS, "transactions per applied group");
+    describe_histogram!(APPLY_GROUP_KEYS, "key changes per applied group");
+    describe_gauge!(QUEUE_DEPTH, "items waiting before a stage");
+    describe_gauge!(QUEUE_CAPACITY, "capacity of the queue before a stage");
+    describe_counter!(TRANSACTIONS_SPILLED, "transactions whose row events went to a temporary file");
 }

@@ -19,6 +19,7 @@ use mysql_common::binlog::events::{
 use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
+use crate::binlog::reader::ReadSettings;
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
 use crate::error::{DefiniteError, Error, TransientError};
@@ -41,13 +42,23 @@ pub(crate) struct ReadContext<'a> {
     seen_fde: bool,
     tables: TableMaps,
     asm: Assembler,
+    /// `source.heartbeat_table` and `source.name`: rows of the heartbeat table written by this
+    /// source are read here (not mapped) for the sub-second lag.
+    heartbeat: Option<(String, String)>,
     /// Events read but not handled yet (the inner events of a TRANSACTION_PAYLOAD).
     pub(crate) framer: Framer,
 }
 
 impl<'a> ReadContext<'a> {
     /// The state of a new connection that starts at `resume`.
-    pub(crate) fn new(mapper: &'a Mapper, names: &'a mut TableNames, stats: &'a SourceStats, mariadb: bool, resume: &Resume) -> Self {
+    pub(crate) fn new(
+        mapper: &'a Mapper,
+        names: &'a mut TableNames,
+        stats: &'a SourceStats,
+        mariadb: bool,
+        resume: &Resume,
+        settings: ReadSettings,
+    ) -> Self {
         let (file, last_pos) = match resume {
             Resume::FilePos(p) => (p.file.clone(), p.pos),
             Resume::Gtid(_) => (String::new(), 4),
@@ -61,7 +72,8 @@ impl<'a> ReadContext<'a> {
             last_pos,
             seen_fde: false,
             tables: TableMaps::new(),
-            asm: Assembler::new(),
+            asm: Assembler::new(settings.spill),
+            heartbeat: settings.heartbeat,
             framer: Framer::new(),
         }
     }
@@ -147,7 +159,7 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
             None
         }
         EventData::TableMapEvent(tme) => on_table_map(ctx, placed, tme)?,
-        EventData::RowsEvent(rows) => on_rows(ctx, placed, &rows)?,
+        EventData::RowsEvent(rows) => on_rows(ctx, placed, &framed.event, &rows)?,
         // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN, TABLE_MAPs,
         // rows, XID) is inside; the framer yields those events next, or the error that stops
         // a payload that cannot be read.
@@ -185,9 +197,7 @@ fn on_rotate(ctx: &mut ReadContext<'_>, ev: &Event, r: &RotateEvent<'_>) -> Opti
         Some(Transaction {
             position: SourcePosition { file: ctx.file.clone(), pos: r.position(), gtid: None },
             commit_time_ms: header.timestamp() as u64 * 1000,
-            rows: Vec::new(),
-            invalidate_tables: Vec::new(),
-            table_names: None,
+            ..Transaction::default()
         })
     } else {
         None
@@ -198,7 +208,15 @@ fn on_rotate(ctx: &mut ReadContext<'_>, ev: &Event, r: &RotateEvent<'_>) -> Opti
 /// table id of any other table, so its rows are passed over.
 fn on_table_map(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, tme: TableMapEvent<'_>) -> Result<Option<Transaction>, Error> {
     let id = tme.table_id();
-    let Some(configured) = ctx.names.resolve(ctx.mapper, &format!("{}.{}", tme.database_name(), tme.table_name())) else {
+    let name = format!("{}.{}", tme.database_name(), tme.table_name());
+    if ctx.heartbeat.as_ref().is_some_and(|(t, _)| *t == name) {
+        let mariadb = ctx.mariadb;
+        ctx.tables
+            .table_map(tme, None, |tme| TableSchema::from_table_map(tme, mariadb))
+            .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+        return Ok(None);
+    }
+    let Some(configured) = ctx.names.resolve(ctx.mapper, &name) else {
         ctx.tables.forget(id);
         return Ok(None);
     };
@@ -209,15 +227,41 @@ fn on_table_map(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, tme: Table
     Ok(None)
 }
 
-/// Row event: decode the rows of a mapped table into the open transaction.
-fn on_rows(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, rows: &RowsEventData<'_>) -> Result<Option<Transaction>, Error> {
-    if let Some(t) = ctx.tables.get(rows.table_id()) {
-        let mut out_rows = Vec::new();
-        decode_rows(t, rows, &mut out_rows).map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
-        ctx.stats.rows.fetch_add(out_rows.len() as u64, Relaxed);
-        ctx.asm.push_rows(out_rows);
+/// Row event of a mapped table: held, not decoded, in the open transaction (decoded after its
+/// commit by the apply stage, see `binlog::row_events`). A row of the heartbeat table written
+/// by this source marks the transaction as a heartbeat.
+fn on_rows(
+    ctx: &mut ReadContext<'_>,
+    placed: BinlogEventHeader,
+    event: &Event,
+    rows: &RowsEventData<'_>,
+) -> Result<Option<Transaction>, Error> {
+    let Some(t) = ctx.tables.get(rows.table_id()).cloned() else { return Ok(None) };
+    if ctx.heartbeat.as_ref().is_some_and(|(table, _)| **table == *t.name) {
+        on_heartbeat_rows(ctx, placed, &t, rows)?;
+        return Ok(None);
     }
+    let file = ctx.file.clone();
+    ctx.asm
+        .push_rows(&t, &file, placed.log_pos(), event.clone())
+        .map_err(|e| TransientError::Source(format!("holding the row event at {}: {e}", ctx.at(placed))))?;
     Ok(None)
+}
+
+/// Rows of the heartbeat table: the `ts_us` of the row whose `source` is this source's name.
+fn on_heartbeat_rows(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &TableSchema, rows: &RowsEventData<'_>) -> Result<(), Error> {
+    let mut out = Vec::new();
+    decode_rows(t, rows, &mut out).map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+    let source = ctx.heartbeat.as_ref().map(|(_, s)| s.as_str()).unwrap_or_default();
+    for r in out {
+        let Some(after) = r.after else { continue };
+        if after.get("source").and_then(|v| v.as_str()) == Some(source) {
+            if let Some(us) = after.get("ts_us").and_then(|v| v.as_u64()) {
+                ctx.asm.heartbeat(us);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// INCIDENT: always stops the source.
@@ -236,7 +280,7 @@ fn on_incident(ctx: &ReadContext<'_>, placed: BinlogEventHeader, i: &IncidentEve
 /// XA PREPARE: ends the event group of a prepared XA transaction; refused when it holds rows
 /// of mapped tables.
 fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader) -> Result<Option<Transaction>, Error> {
-    if ctx.asm.held_rows() > 0 {
+    if ctx.asm.held_events() > 0 {
         return Err(DefiniteError::UnsupportedEvent(format!(
             "XA PREPARE at {} holds changes of mapped tables; binval does not apply two-phase XA transactions yet (they would reach the cache before their XA COMMIT or despite an XA ROLLBACK)",
             ctx.at(placed)

@@ -1,5 +1,5 @@
 //! Reading the binlog: from the replica connection (or a binlog file) to committed
-//! transactions of decoded rows.
+//! transactions, whose row events are decoded after their commit.
 //!
 //! | module | step |
 //! |---|---|
@@ -10,15 +10,19 @@
 //! | [`framing`] | events as stored -> events to handle, shared by both readers: MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, skippable unknown events, the TABLE_MAP cache |
 //! | [`decode`] | TABLE_MAP + row events -> rows with named columns, canonical JSON values |
 //! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
-//! | [`txn`] | rows grouped by transaction; only committed transactions go on |
+//! | [`row_events`] | the row events of one transaction, held raw (in memory, then in a temporary file) until its commit, decoded in chunks |
+//! | [`txn`] | row events grouped by transaction; only committed transactions go on |
+//! | [`heartbeat`] | binval's heartbeat row on the primary (`source.heartbeat_table`), for a sub-second lag |
 //! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
 
 pub mod ddl;
 pub mod decode;
 mod events;
 pub mod framing;
+pub mod heartbeat;
 pub mod offline;
 pub mod reader;
 pub mod resume;
+pub mod row_events;
 pub mod server;
 pub mod txn;

@@ -33,11 +33,64 @@ use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
 use crate::binlog::resume::{Resume, SourceStats};
+use crate::binlog::row_events::SpillSettings;
 use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
 use crate::binlog::txn::Transaction;
 use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};
+
+/// HEARTBEAT_LOG_EVENT: the primary sends it only when it has had nothing to send for the
+/// heartbeat period (MySQL `source_heartbeat_period`, MariaDB `@master_heartbeat_period`).
+const HEARTBEAT_EVENT: u8 = 27;
+/// MySQL 8's HEARTBEAT_LOG_EVENT_V2.
+const HEARTBEAT_EVENT_V2: u8 = 41;
+
+/// What the reader's event handlers need of the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ReadSettings {
+    /// Where the row events of large transactions spill (`source.transaction_memory_mb`,
+    /// `source.spill_dir`).
+    pub spill: SpillSettings,
+    /// `(source.heartbeat_table, source.name)`, when heartbeats are on.
+    pub heartbeat: Option<(String, String)>,
+}
+
+impl ReadSettings {
+    /// From the `[source]` section.
+    pub fn from_config(cfg: &SourceConfig) -> Self {
+        ReadSettings {
+            spill: SpillSettings { memory_bytes: (cfg.transaction_memory_mb as usize) << 20, dir: cfg.spill_dir.clone() },
+            heartbeat: cfg.heartbeat_table.clone().map(|t| (t, cfg.name.clone())),
+        }
+    }
+}
+
+/// The memory budget of transactions read but not applied yet: each transaction sent holds
+/// permits for the bytes of row events it holds in memory (one permit per KiB, at most the
+/// whole budget), so the reader waits while the apply stage is behind on large transactions.
+#[derive(Debug, Clone)]
+pub struct MemoryBudget {
+    permits: Arc<tokio::sync::Semaphore>,
+    total_kib: usize,
+}
+
+impl MemoryBudget {
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Self {
+        let total_kib = (bytes >> 10).max(1);
+        MemoryBudget { permits: Arc::new(tokio::sync::Semaphore::new(total_kib)), total_kib }
+    }
+
+    /// Wait for the permits of `bytes` held in memory (at most the whole budget; none for 0).
+    pub async fn acquire(&self, bytes: usize) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let kib = bytes.div_ceil(1024).min(self.total_kib) as u32;
+        if kib == 0 {
+            return None;
+        }
+        Some(self.permits.clone().acquire_many_owned(kib).await.expect("the budget is never closed"))
+    }
+}
 
 /// Run the source until `shutdown` turns true or a definite error: read, decode, assemble, and
 /// send committed transactions to `out` in commit order. Transient failures reconnect with
@@ -51,6 +104,8 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
     stats: Arc<SourceStats>,
 ) -> Result<(), Error> {
+    // Transactions read but not applied hold at most twice one transaction's memory limit.
+    let budget = MemoryBudget::new(((cfg.transaction_memory_mb as usize) << 20) * 2);
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(Duration::from_millis(100))
         .with_max_interval(Duration::from_millis(cfg.reconnect_max_ms))
@@ -58,7 +113,7 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut names, &mut resume, &out, &mut shutdown, &stats).await;
+        let r = read_once(&cfg, &mapper, &mut names, &mut resume, &out, &mut shutdown, &stats, &budget).await;
         match r {
             Ok(()) => return Ok(()),
             Err(Error::Transient(e)) => {
@@ -81,6 +136,7 @@ pub async fn run(
 
 /// One replica connection: open it at `resume`, then read, frame and handle events until
 /// `shutdown`, a closed `out`, or an error. `resume` moves past every transaction sent.
+#[allow(clippy::too_many_arguments)]
 async fn read_once(
     cfg: &SourceConfig,
     mapper: &Mapper,
@@ -89,10 +145,11 @@ async fn read_once(
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
     stats: &SourceStats,
+    budget: &MemoryBudget,
 ) -> Result<(), Error> {
     let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
-    let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume);
+    let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume, ReadSettings::from_config(cfg));
     loop {
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
@@ -112,15 +169,24 @@ async fn read_once(
                     Ok(Some(Ok(ev))) => ev,
                 };
                 stats.events.fetch_add(1, Relaxed);
+                if matches!(ev.header().event_type_raw(), HEARTBEAT_EVENT | HEARTBEAT_EVENT_V2) {
+                    stats.at_end.store(true, Relaxed);
+                }
                 events::check_end_position(&mut ctx, ev.header())?;
                 ctx.framer.push(ev);
                 continue;
             }
         };
-        let Some(txn) = events::handle(&mut ctx, &framed)? else { continue };
+        let Some(mut txn) = events::handle(&mut ctx, &framed)? else { continue };
         let pos = txn.position.clone();
+        stats.in_flight.fetch_add(1, Relaxed);
+        stats.at_end.store(false, Relaxed);
+        stats.read_commit_ms.store(txn.heartbeat_us.map_or(txn.commit_time_ms, |us| us / 1000), Relaxed);
         tokio::select! {
-            r = out.send(txn) => if r.is_err() { return Ok(()) },
+            r = async {
+                txn.budget = budget.acquire(txn.rows.memory_bytes()).await;
+                out.send(txn).await
+            } => if r.is_err() { return Ok(()) },
             _ = shutdown.wait_for(|v| *v) => return Ok(()),
         }
         *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });

@@ -50,4 +50,12 @@ pub struct SourceStats {
     pub rows: std::sync::atomic::AtomicU64,
     /// Reconnects after a failure.
     pub reconnects: std::sync::atomic::AtomicU64,
+    /// Transactions passed on and not yet acknowledged (the checkpoint task subtracts; reset
+    /// when a tenure's tasks start).
+    pub in_flight: std::sync::atomic::AtomicI64,
+    /// Commit time of the last transaction passed on, Unix ms.
+    pub read_commit_ms: std::sync::atomic::AtomicU64,
+    /// The reader is at the end of the binlog: the primary sent a replication heartbeat (it
+    /// sends one only after `source.heartbeat_ms` without events) since the last transaction.
+    pub at_end: std::sync::atomic::AtomicBool,
 }

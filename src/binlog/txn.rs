@@ -3,31 +3,45 @@
 //! read. A transaction cut short by a dropped connection is discarded; the source resumes at
 //! the end of the last complete one, so its rows are read again.
 //!
+//! The row events of the open transaction are held raw ([`RowEvents`]: in memory up to a limit,
+//! then in a temporary file) and decoded only after its commit, by the apply stage, in chunks.
+//!
 //! Boundaries: MariaDB starts a transaction with its GTID event (type 162) — with the
 //! `FL_STANDALONE` flag, the group is a single statement (DDL) with no commit event; MySQL
 //! writes a GTID (33) or ANONYMOUS_GTID (34) event, then a `BEGIN` query.
 
-use binval_protocol::SourcePosition;
+use std::sync::Arc;
 
-use crate::binlog::decode::RowChange;
+use binval_protocol::SourcePosition;
+use mysql_common::binlog::events::Event;
+
+use crate::binlog::decode::TableSchema;
+use crate::binlog::row_events::{RowEvents, RowEventsError, SpillSettings};
 
 /// A committed transaction, in binlog commit order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Transaction {
     /// Position just after the commit event: where a restart resumes.
     pub position: SourcePosition,
     /// Commit time from the commit event header, Unix ms (whole seconds).
     pub commit_time_ms: u64,
-    /// Row changes of mapped tables, in binlog order. Empty for transactions that touched no
-    /// mapped table; they still move the checkpoint.
-    pub rows: Vec<RowChange>,
+    /// Row events of mapped tables, in binlog order, not decoded yet. Empty for transactions
+    /// that touched no mapped table; they still move the checkpoint.
+    pub rows: RowEvents,
     /// Mapped tables (`schema.table`) whose rows a DDL statement removed or swapped without
     /// row events (TRUNCATE, DROP TABLE, partition TRUNCATE/DROP/EXCHANGE): every cached key
     /// of them must be invalidated. Empty for ordinary transactions.
     pub invalidate_tables: Vec<String>,
     /// After a RENAME of a mapped table: the renamed-table state as of this transaction, for
     /// the checkpoint. `None` when unchanged.
-    pub table_names: Option<std::sync::Arc<crate::mapping::TableNames>>,
+    pub table_names: Option<Arc<crate::mapping::TableNames>>,
+    /// The transaction is binval's own heartbeat row (`source.heartbeat_table`): the primary's
+    /// `NOW(6)` it wrote, Unix µs. It gives the lag sub-second precision (binlog headers carry
+    /// whole seconds).
+    pub heartbeat_us: Option<u64>,
+    /// Its share of the memory budget of transactions read but not applied yet (see
+    /// `pipeline`); released when the transaction is dropped.
+    pub budget: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Transaction {
@@ -68,30 +82,34 @@ pub struct Assembler {
     open: bool,
     standalone: bool,
     gtid: Option<String>,
-    rows: Vec<RowChange>,
-    events: u32,
+    rows: RowEvents,
+    spill: SpillSettings,
+    heartbeat_us: Option<u64>,
 }
 
 impl Assembler {
-    /// An assembler with no open transaction.
-    pub fn new() -> Self {
-        Self::default()
+    /// An assembler with no open transaction; row events beyond `spill.memory_bytes` per
+    /// transaction go to a temporary file.
+    pub fn new(spill: SpillSettings) -> Self {
+        Assembler { spill, ..Self::default() }
     }
 
-    /// Add decoded rows to the open transaction (rows outside one are kept too: MySQL 5.x
-    /// binlogs may carry row events for non-transactional tables between BEGIN/COMMIT only).
-    pub fn push_rows(&mut self, rows: impl IntoIterator<Item = RowChange>) {
-        let event = self.events;
-        self.events += 1;
-        self.rows.extend(rows.into_iter().map(|mut r| {
-            r.event = event;
-            r
-        }));
+    /// Add a row event of a mapped table (`schema`), read in binlog file `file` from the event
+    /// ending at `end_pos`, to the open transaction (row events outside one are kept too:
+    /// MySQL 5.x binlogs may carry row events for non-transactional tables between BEGIN/COMMIT
+    /// only). Errors when the spill file fails.
+    pub fn push_rows(&mut self, schema: &Arc<TableSchema>, file: &str, end_pos: u32, event: Event) -> Result<(), RowEventsError> {
+        self.rows.push(schema, file, end_pos, event, &self.spill)
     }
 
-    /// Rows held right now (for memory accounting).
-    pub fn held_rows(&self) -> usize {
-        self.rows.len()
+    /// The open transaction is binval's heartbeat row written at `now_us` (Unix µs).
+    pub fn heartbeat(&mut self, now_us: u64) {
+        self.heartbeat_us = Some(now_us);
+    }
+
+    /// Row events held right now.
+    pub fn held_events(&self) -> u64 {
+        self.rows.events()
     }
 
     /// True inside a transaction.
@@ -107,8 +125,8 @@ impl Assembler {
                 if gtid.is_some() || !self.open {
                     // A new event group: nothing held from an earlier, unterminated group
                     // (an XA PREPARE, a cut stream) may leak into it.
-                    self.rows.clear();
-                    self.events = 0;
+                    self.rows = RowEvents::new();
+                    self.heartbeat_us = None;
                 }
                 if gtid.is_some() {
                     self.gtid = gtid;
@@ -139,39 +157,44 @@ impl Assembler {
         self.open = false;
         self.standalone = false;
         self.gtid = None;
-        self.rows.clear();
-        self.events = 0;
+        self.rows = RowEvents::new();
+        self.heartbeat_us = None;
     }
 
     fn finish(&mut self, mut end: SourcePosition, timestamp_s: u32) -> Transaction {
         end.gtid = self.gtid.take();
         let rows = std::mem::take(&mut self.rows);
-        self.events = 0;
         self.open = false;
         self.standalone = false;
-        Transaction { position: end, commit_time_ms: timestamp_s as u64 * 1000, rows, invalidate_tables: Vec::new(), table_names: None }
+        Transaction {
+            position: end,
+            commit_time_ms: timestamp_s as u64 * 1000,
+            rows,
+            heartbeat_us: self.heartbeat_us.take(),
+            ..Transaction::default()
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::binlog::decode::{RowChange, RowKind};
+    use crate::binlog::row_events::tests::sample_row_events;
 
-    fn row() -> RowChange {
-        RowChange { table: "a.b".into(), kind: RowKind::Insert, before: None, after: Some(Default::default()), event: 0 }
-    }
     fn pos(p: u64) -> SourcePosition {
         SourcePosition { file: "f".into(), pos: p, gtid: None }
     }
 
     #[test]
     fn commit_passes_rows_on() {
-        let mut a = Assembler::new();
+        let (schema, events) = sample_row_events();
+        let mut a = Assembler::new(SpillSettings::default());
         assert!(a.boundary(Boundary::Begin { gtid: Some("0-1-5".into()), standalone: false }).is_none());
-        a.push_rows([row(), row()]);
+        for e in events.into_iter().take(2) {
+            a.push_rows(&schema, "f", 7, e).unwrap();
+        }
         let t = a.boundary(Boundary::Commit { end: pos(100), timestamp_s: 3 }).unwrap();
-        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows.events(), 2);
         assert_eq!(t.position.gtid.as_deref(), Some("0-1-5"));
         assert_eq!(t.commit_time_ms, 3000);
         assert!(!a.in_transaction());
@@ -179,19 +202,24 @@ mod tests {
 
     #[test]
     fn rollback_drops_rows() {
-        let mut a = Assembler::new();
+        let (schema, events) = sample_row_events();
+        let mut a = Assembler::new(SpillSettings::default());
         a.boundary(Boundary::Begin { gtid: None, standalone: false });
-        a.push_rows([row()]);
+        a.push_rows(&schema, "f", 7, events.into_iter().next().unwrap()).unwrap();
+        a.heartbeat(5);
         a.boundary(Boundary::Rollback);
-        assert_eq!(a.held_rows(), 0);
+        assert_eq!(a.held_events(), 0);
+        a.boundary(Boundary::Begin { gtid: None, standalone: false });
+        let t = a.boundary(Boundary::Commit { end: pos(100), timestamp_s: 3 }).unwrap();
+        assert_eq!(t.heartbeat_us, None, "a rolled-back heartbeat is not the next transaction's");
     }
 
     #[test]
     fn statement_inside_txn_is_not_a_boundary() {
-        let mut a = Assembler::new();
+        let mut a = Assembler::new(SpillSettings::default());
         a.boundary(Boundary::Begin { gtid: None, standalone: false });
         assert!(a.boundary(Boundary::Statement { end: pos(5), timestamp_s: 0, invalidate_tables: vec![] }).is_none());
-        let mut a = Assembler::new();
+        let mut a = Assembler::new(SpillSettings::default());
         a.boundary(Boundary::Begin { gtid: Some("0-1-9".into()), standalone: true });
         let t = a.boundary(Boundary::Statement { end: pos(9), timestamp_s: 0, invalidate_tables: vec![] }).unwrap();
         assert_eq!(t.position.gtid.as_deref(), Some("0-1-9"));

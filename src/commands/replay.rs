@@ -42,7 +42,7 @@ use crate::binlog::server;
 use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
 use crate::error::{task_failed, Error};
-use crate::mapping::{KeyChange, Mapper, TableNames};
+use crate::mapping::{Mapper, TableNames};
 use crate::redis_conn::RedisConn;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
@@ -323,6 +323,7 @@ async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis
         fencing_token,
         tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
         source_name: Arc::from(cfg.source.name.as_str()),
+        max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::replay(args.dry_run, args.rate, fencing_token_key),
     })
 }
@@ -349,7 +350,6 @@ async fn replay_range(
     summary: &mut ReplaySummary,
     last: &mut Option<SourcePosition>,
 ) -> Result<(), Error> {
-    let mut changes: Vec<KeyChange> = Vec::new();
     loop {
         let next = tokio::select! {
             t = txn_rx.recv() => t,
@@ -369,16 +369,17 @@ async fn replay_range(
             continue;
         }
         summary.transactions += 1;
-        let o = writer.apply_transaction(&txn, &mut changes, out).await?;
+        let (position, at_end) = (txn.position.clone(), reached(&txn, &range.to));
+        let o = writer.apply_transaction(txn, out).await?;
         summary.key_changes += o.key_changes;
         summary.changed += o.changed;
         summary.unchanged += o.unchanged;
         summary.events += o.events_acked;
         progress.set_message(format!(
             "{} transactions, {} key changes ({} changed, {} unchanged), at {}",
-            summary.transactions, summary.key_changes, summary.changed, summary.unchanged, txn.position
+            summary.transactions, summary.key_changes, summary.changed, summary.unchanged, position
         ));
-        if reached(&txn, &range.to) {
+        if at_end {
             return Ok(());
         }
     }

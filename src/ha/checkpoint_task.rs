@@ -26,10 +26,13 @@ use crate::write::kafka_sink::KafkaSink;
 pub trait CheckpointStats: Send + Sync {
     /// One event acknowledged by Kafka.
     fn event_acked(&self);
-    /// Every event of the transaction ending at `position` acknowledged.
-    fn acked(&self, position: &SourcePosition);
+    /// Every event of the `transactions` transactions ending at `position` acknowledged; the
+    /// last one committed at `commit_time_ms` (Unix ms, 0: unknown).
+    fn acked(&self, position: &SourcePosition, transactions: u64, commit_time_ms: u64);
     /// One checkpoint saved.
     fn saved(&self);
+    /// A heartbeat row written at `now_us` (the primary's `NOW(6)`, Unix µs) acknowledged.
+    fn heartbeat_acked(&self, _now_us: u64) {}
 }
 
 /// What the checkpoint task starts from.
@@ -72,10 +75,11 @@ impl CheckpointTask {
                 rx.recv().await
             };
             let Some(p) = next else { break None };
-            if let Err(e) = self.acknowledge(p, &mut acked).await {
-                break Some(e);
+            match self.acknowledge(p, &mut acked).await {
+                Err(e) => break Some(e),
+                Ok(false) => continue,
+                Ok(true) => dirty = true,
             }
-            dirty = true;
             if last_save.elapsed() >= self.interval {
                 if let Err(e) = self.save(acked.as_ref().expect("acknowledged")).await {
                     break Some(e);
@@ -91,29 +95,39 @@ impl CheckpointTask {
         }
     }
 
-    /// Await every delivery of `p`, in order, then move the acknowledged state past it.
-    async fn acknowledge(&mut self, p: Pending, acked: &mut Option<SourcePosition>) -> Result<(), Error> {
+    /// Await every delivery of `p`, in order, then move the acknowledged state past it (a
+    /// chunk of a large transaction that is not its last has no position: nothing moves).
+    /// Returns whether the acknowledged position moved.
+    async fn acknowledge(&mut self, p: Pending, acked: &mut Option<SourcePosition>) -> Result<bool, Error> {
         let had_events = !p.deliveries.is_empty();
+        let n = p.deliveries.len() as u64;
         for (key, d) in p.deliveries {
             self.kafka.delivered(&key, d).await?;
             self.stats.event_acked();
-            metrics::counter!(names::EVENTS_ACKED).increment(1);
         }
-        if let Some(g) = &p.position.gtid {
+        metrics::counter!(names::EVENTS_ACKED).increment(n);
+        let Some(position) = p.position else { return Ok(false) };
+        for g in &p.gtids {
             self.gtids.record(g);
         }
         if let Some(n) = &p.table_names {
             self.names = (**n).clone();
         }
+        let now_ms = crate::now_ms();
         if p.commit_time_ms > 0 {
             metrics::gauge!(names::ACKED_COMMIT_TS).set(p.commit_time_ms as f64 / 1000.0);
             if had_events {
-                metrics::histogram!(names::COMMIT_TO_ACK_S).record(crate::now_ms().saturating_sub(p.commit_time_ms) as f64 / 1000.0);
+                metrics::histogram!(names::COMMIT_TO_ACK_S).record(now_ms.saturating_sub(p.commit_time_ms) as f64 / 1000.0);
             }
         }
-        self.stats.acked(&p.position);
-        *acked = Some(p.position);
-        Ok(())
+        if let Some(us) = p.heartbeat_us {
+            let now_us = now_ms.saturating_mul(1000);
+            metrics::gauge!(names::HEARTBEAT_LAG_S).set(now_us.saturating_sub(us) as f64 / 1e6);
+            self.stats.heartbeat_acked(us);
+        }
+        self.stats.acked(&position, p.transactions, p.commit_time_ms);
+        *acked = Some(position);
+        Ok(true)
     }
 
     /// Save; only a lost lease is an error (a failed save only means a restart re-applies more,

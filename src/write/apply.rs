@@ -1,19 +1,22 @@
-//! Applying one committed transaction: the one implementation of map -> collapse -> fenced
-//! Redis writes -> one event per key change, shared by `binval run` (through [`apply_loop`])
-//! and `binval replay`.
+//! Applying committed transactions: the one implementation of decode -> map -> collapse ->
+//! fenced Redis writes -> one event per key change, shared by `binval run` (through
+//! [`apply_loop`], in groups) and `binval replay` (one transaction at a time, through
+//! [`Writer::apply_transaction`]).
 //!
-//! The steps, in order (invariant I1: a transaction's events are enqueued only after its
-//! Redis writes are acknowledged):
+//! The steps, in order (invariant I1: events are enqueued only after the Redis writes they
+//! announce are acknowledged):
 //!
-//! 1. every row image must carry the columns the key templates use, else
-//!    [`DefiniteError::MappingBroken`] (a dropped or renamed key column would silently stop
-//!    invalidation);
-//! 2. rows -> key changes ([`Mapper::map_rows`]), one per key ([`collapse_per_key`]);
-//! 3. the fenced writes at the transaction's fence position ([`crate::write::fence`]) under the
-//!    tenure's fencing token ([`RedisConn::apply_all`]);
-//! 4. one invalidation event per key change;
-//! 5. table-wide invalidations (TRUNCATE / DROP TABLE / partition operations on mapped
+//! 1. the transactions of a group ([`crate::write::group`]) are decoded, every row image
+//!    checked for the columns the key templates use (else [`DefiniteError::MappingBroken`]: a
+//!    dropped or renamed key column would silently stop invalidation), mapped to key changes
+//!    ([`Mapper::map_rows`]) and collapsed to one change per key;
+//! 2. the fenced writes, each change at its transaction's fence position
+//!    ([`crate::write::fence`]), under the tenure's fencing token ([`RedisConn::apply_batch`]);
+//! 3. one invalidation event per key change;
+//! 4. table-wide invalidations (TRUNCATE / DROP TABLE / partition operations on mapped
 //!    tables): every key of the table marked stale, with one `truncate` event per key template.
+//!
+//! A large transaction is applied alone, in chunks (see [`crate::write::group`]).
 //!
 //! What differs between run and replay is spelled out in [`ApplyOptions`]; the differences
 //! exist because replay runs beside a live `binval run` (see `commands::replay`).
@@ -27,11 +30,12 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::binlog::txn::Transaction;
-use crate::error::{DefiniteError, Error, TransientError};
-use crate::mapping::{collapse_per_key, KeyChange, Mapper, TableNames};
+use crate::error::{Error, TransientError};
+use crate::mapping::{KeyChange, Mapper, TableNames};
 use crate::redis_conn::RedisConn;
 use crate::telemetry::names;
 use crate::write::fence::FenceRule;
+use crate::write::group::{check_key_columns, decode_error, Group, KeyIndex, SMALL_TRANSACTION_BYTES};
 use crate::write::kafka_sink::KafkaSink;
 use crate::write::redis_sink::{Applied, WriteCtx};
 
@@ -50,8 +54,8 @@ pub struct ApplyOptions {
     /// Publish a `truncate` event per key template of a table-wide invalidation (run). Replay
     /// publishes none: the live run published them.
     pub table_events: bool,
-    /// Await the transaction's deliveries before returning (replay); run hands them to the
-    /// checkpoint task instead ([`Pending`]).
+    /// Await the deliveries of each group (and of each chunk of a large transaction) before
+    /// returning (replay); run hands them to the checkpoint task instead ([`Pending`]).
     pub await_deliveries: bool,
     /// At most this many key changes per second (a transaction larger than one second's quota
     /// passes alone).
@@ -108,19 +112,23 @@ pub struct Writer {
     pub tombstone_ttl_ms: u64,
     /// `source.name`.
     pub source_name: Arc<str>,
+    /// `apply.max_group_rows`: rows per group, and per chunk of a large transaction.
+    pub max_group_rows: usize,
     /// Run or replay behaviour.
     pub options: ApplyOptions,
 }
 
-/// What applying one transaction did.
+/// What applying a group (or one transaction, or one chunk of a large one) did.
 #[derive(Default)]
 pub struct TxnOutcome {
-    /// Key changes after the per-transaction collapse.
+    /// Key changes after the collapse.
     pub key_changes: u64,
     /// Key changes that moved a replica or a version token (dry run: would move).
     pub changed: u64,
     /// Key changes Redis already held (fenced no-ops).
     pub unchanged: u64,
+    /// Rows decoded.
+    pub rows: u64,
     /// Events acknowledged (only with [`ApplyOptions::await_deliveries`]).
     pub events_acked: u64,
     /// Events in flight, with their keys (without [`ApplyOptions::await_deliveries`]).
@@ -141,35 +149,159 @@ pub struct DryRunLine<'a> {
 }
 
 impl Writer {
-    /// Apply `txn` (steps in the module docs). `changes` is a reusable buffer; dry-run lines go
-    /// to `out`.
+    /// Apply one transaction (replay): a group of one, or in chunks when large. Dry-run lines
+    /// go to `out`.
     ///
-    /// Errors: [`DefiniteError::MappingBroken`] naming table, position and the missing key
-    /// columns; [`DefiniteError::Fence`] when the fence position cannot be derived; Redis and
-    /// Kafka errors as classified by [`crate::error`].
-    pub async fn apply_transaction(
-        &mut self,
-        txn: &Transaction,
-        changes: &mut Vec<KeyChange>,
-        out: &mut (dyn FnMut(&str) + Send),
-    ) -> Result<TxnOutcome, Error> {
-        check_key_columns(&self.mapper, txn)?;
-        changes.clear();
-        self.mapper.map_rows(&txn.rows, changes);
-        collapse_per_key(changes);
-        let mut o = TxnOutcome::default();
-        if !changes.is_empty() {
-            self.rate_limit(changes.len()).await;
-            let pos = self.fence.position(&txn.position)?;
-            o.key_changes = changes.len() as u64;
+    /// Errors: [`DefiniteError::MappingBroken`](crate::error::DefiniteError::MappingBroken)
+    /// naming table, position and the missing key columns; decode errors naming the position;
+    /// [`DefiniteError::Fence`](crate::error::DefiniteError::Fence) when the fence position
+    /// cannot be derived; Redis and Kafka errors as classified by [`crate::error`].
+    pub async fn apply_transaction(&mut self, txn: Transaction, out: &mut (dyn FnMut(&str) + Send)) -> Result<TxnOutcome, Error> {
+        if is_large(&txn) {
+            return self.apply_large(txn, out, None).await;
+        }
+        let mut group = Group::new();
+        group.add(txn, &self.mapper, &self.fence)?;
+        self.apply_group(&mut group, out).await
+    }
+
+    /// Apply a group (module docs of [`crate::write::group`]): its key changes, then the
+    /// table invalidations of its transactions. Dry-run lines go to `out`.
+    pub async fn apply_group(&mut self, group: &mut Group, out: &mut (dyn FnMut(&str) + Send)) -> Result<TxnOutcome, Error> {
+        group.finish();
+        let mut o = TxnOutcome { rows: group.rows as u64, ..TxnOutcome::default() };
+        if !group.changes.is_empty() {
+            self.rate_limit(group.changes.len()).await;
+            o.key_changes = group.changes.len() as u64;
             if self.options.dry_run {
-                self.dry_run(txn, changes, pos, &mut o, out).await?;
+                self.dry_run(group, &mut o, out).await?;
             } else {
-                self.write_changes(txn, changes, pos, &mut o).await?;
+                self.write_changes(group, &mut o).await?;
             }
         }
+        if !self.options.dry_run {
+            for txn in &group.txns {
+                if !txn.invalidate_tables.is_empty() {
+                    self.invalidate_tables(txn, &mut o).await?;
+                }
+            }
+            self.await_if_asked(&mut o).await?;
+        }
+        Ok(o)
+    }
+
+    /// A large transaction (see [`crate::write::group`]): pass 1 indexes the last change of
+    /// every key, pass 2 writes those chunk by chunk. The deliveries of every chunk but the
+    /// last go to `chunks` as a [`Pending`] without a position (the checkpoint does not move
+    /// inside a transaction), or are awaited ([`ApplyOptions::await_deliveries`]); the last
+    /// chunk's are returned.
+    pub async fn apply_large(
+        &mut self,
+        mut txn: Transaction,
+        out: &mut (dyn FnMut(&str) + Send),
+        chunks: Option<mpsc::Sender<Pending>>,
+    ) -> Result<TxnOutcome, Error> {
+        let chunk_rows = self.max_group_rows;
+        let started = Instant::now();
+        let mapper = self.mapper.clone();
+        let position = txn.position.clone();
+        // Pass 1 (on a blocking thread: decoding is synchronous): check the key columns of
+        // every row, and index the last change of each key.
+        let held = std::mem::take(&mut txn.rows);
+        let (mut rows_events, index, rows) = {
+            let (mapper, at) = (mapper.clone(), position.clone());
+            tokio::task::spawn_blocking(move || {
+                let (mut held, mut index, mut rows, mut mapped) = (held, KeyIndex::default(), 0u64, Vec::new());
+                held.decode_chunks(chunk_rows, |chunk| {
+                    rows += chunk.len() as u64;
+                    check_key_columns(&mapper, &at, chunk)?;
+                    mapped.clear();
+                    mapper.map_rows(chunk, &mut mapped);
+                    Ok::<(), ChunkError>(index.record(&mapped)?)
+                })
+                .map(|_| (held, index, rows))
+            })
+            .await
+            .map_err(|e| crate::error::task_failed("large transaction decoder", e))?
+            .map_err(|e| e.into_error(&position))?
+        };
+        tracing::info!(
+            position = %txn.position, rows, keys = index.keys(), spilled = rows_events.spilled(),
+            bytes = rows_events.total_bytes(), "large transaction: applying it alone, in chunks of {chunk_rows} rows"
+        );
+        // Pass 2: write the last change of each key, chunk by chunk.
+        let pos = if index.keys() > 0 { Some(self.fence.position(&txn.position)?) } else { None };
+        let mut total = TxnOutcome { rows, ..TxnOutcome::default() };
+        let mut seen = 0u32;
+        let mut pending_chunk: Option<Vec<KeyChange>> = None;
+        let (tx, mut rx) = mpsc::channel::<Vec<KeyChange>>(1);
+        // Decoding is synchronous; the writes are not: decode on a blocking thread, a chunk ahead.
+        let decoder = {
+            let mapper = mapper.clone();
+            tokio::task::spawn_blocking(move || {
+                let r = rows_events.decode_chunks(chunk_rows, |chunk| {
+                    let mut changes = Vec::new();
+                    mapper.map_rows(chunk, &mut changes);
+                    index.keep_last(&mut changes, &mut seen);
+                    tx.blocking_send(changes).map_err(|_| ChunkError::Apply(TransientError::Source("apply stopped".into()).into()))
+                });
+                drop(tx);
+                r
+            })
+        };
+        loop {
+            let next = rx.recv().await;
+            if let Some(prev) = pending_chunk.take() {
+                let last = next.is_none();
+                let o = self.write_chunk(&txn, prev, pos.expect("keys were indexed"), out).await?;
+                total.key_changes += o.key_changes;
+                total.changed += o.changed;
+                total.unchanged += o.unchanged;
+                total.events_acked += o.events_acked;
+                if last {
+                    total.deliveries = o.deliveries;
+                } else if let Some(acks) = &chunks {
+                    let p = Pending { deliveries: o.deliveries, ..Pending::default() };
+                    acks.send(p).await.map_err(|_| TransientError::Source("checkpoint task stopped".into()))?;
+                }
+            }
+            match next {
+                Some(c) => pending_chunk = Some(c),
+                None => break,
+            }
+        }
+        decoder.await.map_err(|e| crate::error::task_failed("large transaction decoder", e))?.map_err(|e| e.into_error(&position))?;
         if !self.options.dry_run && !txn.invalidate_tables.is_empty() {
-            self.invalidate_tables(txn, &mut o).await?;
+            self.invalidate_tables(&txn, &mut total).await?;
+        }
+        tracing::info!(position = %txn.position, rows, key_changes = total.key_changes, elapsed_ms = started.elapsed().as_millis() as u64, "large transaction applied");
+        Ok(total)
+    }
+
+    /// One chunk of a large transaction at its position `pos`: written (or dry-run) and
+    /// announced like a group of one.
+    async fn write_chunk(
+        &mut self,
+        txn: &Transaction,
+        changes: Vec<KeyChange>,
+        pos: FencePosition,
+        out: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<TxnOutcome, Error> {
+        let mut group = Group::new();
+        group.tags = vec![(pos, 0); changes.len()];
+        group.changes = changes;
+        // The group borrows the transaction's position and commit time for its events.
+        group.txns.push(Transaction { position: txn.position.clone(), commit_time_ms: txn.commit_time_ms, ..Transaction::default() });
+        let mut o = TxnOutcome { key_changes: group.changes.len() as u64, ..TxnOutcome::default() };
+        if group.changes.is_empty() {
+            return Ok(o);
+        }
+        self.rate_limit(group.changes.len()).await;
+        if self.options.dry_run {
+            self.dry_run(&group, &mut o, out).await?;
+        } else {
+            self.write_changes(&group, &mut o).await?;
+            self.await_if_asked(&mut o).await?;
         }
         Ok(o)
     }
@@ -193,16 +325,21 @@ impl Writer {
         }
     }
 
+    /// With [`ApplyOptions::await_deliveries`]: wait for every delivery in `o`.
+    async fn await_if_asked(&self, o: &mut TxnOutcome) -> Result<(), Error> {
+        if self.options.await_deliveries {
+            let kafka = self.kafka.as_ref().expect("not a dry run");
+            for (key, d) in o.deliveries.drain(..) {
+                kafka.delivered(&key, d).await?;
+                o.events_acked += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Print what would change: same rule as the write (skipped when the token is newer).
-    async fn dry_run(
-        &self,
-        txn: &Transaction,
-        changes: &[KeyChange],
-        pos: FencePosition,
-        o: &mut TxnOutcome,
-        out: &mut (dyn FnMut(&str) + Send),
-    ) -> Result<(), Error> {
-        for ch in changes {
+    async fn dry_run(&self, group: &Group, o: &mut TxnOutcome, out: &mut (dyn FnMut(&str) + Send)) -> Result<(), Error> {
+        for (ch, &(pos, t)) in group.changes.iter().zip(&group.tags) {
             let (version_now, replica_positions) = self.redis.read_positions(&ch.key, ch.replicas).await?;
             let would = version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
             if would {
@@ -214,7 +351,7 @@ impl Writer {
                 key: &ch.key,
                 op: ch.op.as_str(),
                 table: &ch.table,
-                position: txn.position.to_string(),
+                position: group.txns[t as usize].position.to_string(),
                 version_now,
                 version_new: pos.0,
                 replica_positions,
@@ -225,23 +362,19 @@ impl Writer {
         Ok(())
     }
 
-    /// The fenced writes of the key changes, then their events.
-    async fn write_changes(
-        &mut self,
-        txn: &Transaction,
-        changes: &[KeyChange],
-        pos: FencePosition,
-        o: &mut TxnOutcome,
-    ) -> Result<(), Error> {
+    /// The fenced writes of the group's key changes, then their events.
+    async fn write_changes(&mut self, group: &Group, o: &mut TxnOutcome) -> Result<(), Error> {
         let t = Instant::now();
-        let applied = self.apply_all(changes, pos).await?;
+        let positions = group.positions();
+        let applied = self.apply_batch(&group.changes, &positions).await?;
         metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
         let noop = applied.iter().filter(|a| !moved(a)).count();
         if noop > 0 {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
         }
         let kafka = self.kafka.clone().expect("not a dry run");
-        for (ch, a) in changes.iter().zip(applied) {
+        o.deliveries.reserve(group.changes.len());
+        for ((ch, a), &(_, t)) in group.changes.iter().zip(applied).zip(&group.tags) {
             if moved(&a) {
                 o.changed += 1;
             } else {
@@ -251,28 +384,23 @@ impl Writer {
                 }
             }
             crate::failpoint::hit("kafka.before_enqueue");
-            let ev = txn.event(&ch.key, a.version, ch.op, &ch.table);
+            let ev = group.txns[t as usize].event(&ch.key, a.version, ch.op, &ch.table);
             o.deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
         }
-        metrics::counter!(names::KEY_CHANGES).increment(changes.len() as u64);
-        metrics::counter!(names::ROWS).increment(txn.rows.len() as u64);
-        if self.options.await_deliveries {
-            for (key, d) in o.deliveries.drain(..) {
-                kafka.delivered(&key, d).await?;
-                o.events_acked += 1;
-            }
-        }
+        metrics::counter!(names::KEY_CHANGES).increment(group.changes.len() as u64);
         Ok(())
     }
 
-    /// [`RedisConn::apply_all`]; with [`ApplyOptions::refresh_fencing_token`], a takeover
+    /// [`RedisConn::apply_batch`]; with [`ApplyOptions::refresh_fencing_token`], a takeover
     /// (LeaseLost) refreshes the token and retries once.
-    async fn apply_all(&mut self, changes: &[KeyChange], pos: FencePosition) -> Result<Vec<Applied>, Error> {
-        match (self.redis.apply_all(changes, &self.ctx(pos)).await, &self.options.refresh_fencing_token) {
+    async fn apply_batch(&mut self, changes: &[KeyChange], positions: &[FencePosition]) -> Result<Vec<Applied>, Error> {
+        let w = self.ctx(positions.first().copied().unwrap_or_default());
+        match (self.redis.apply_batch(changes, positions, &w).await, &self.options.refresh_fencing_token) {
             (Err(Error::Transient(TransientError::LeaseLost { .. })), Some(key)) => {
                 // A new tenure began while replaying: continue under its token.
                 self.fencing_token = current_fencing_token(&self.redis, key).await?;
-                self.redis.apply_all(changes, &self.ctx(pos)).await
+                let w = self.ctx(w.position);
+                self.redis.apply_batch(changes, positions, &w).await
             }
             (r, _) => r,
         }
@@ -297,23 +425,43 @@ impl Writer {
     }
 }
 
+/// An error of [`crate::binlog::row_events::RowEvents::decode_chunks`] over a large transaction:
+/// the held events, or what was done with their rows.
+enum ChunkError {
+    Rows(crate::binlog::row_events::RowEventsError),
+    Apply(Error),
+}
+
+impl ChunkError {
+    /// As the pipeline's error, for the transaction ending at `position`.
+    fn into_error(self, position: &SourcePosition) -> Error {
+        match self {
+            ChunkError::Rows(e) => decode_error(position, e),
+            ChunkError::Apply(e) => e,
+        }
+    }
+}
+
+impl From<crate::binlog::row_events::RowEventsError> for ChunkError {
+    fn from(e: crate::binlog::row_events::RowEventsError) -> Self {
+        ChunkError::Rows(e)
+    }
+}
+
+impl From<Error> for ChunkError {
+    fn from(e: Error) -> Self {
+        ChunkError::Apply(e)
+    }
+}
+
+/// Too large for a group: applied alone, in chunks.
+fn is_large(txn: &Transaction) -> bool {
+    txn.rows.total_bytes() > SMALL_TRANSACTION_BYTES
+}
+
 /// The change moved a replica or the version token.
 fn moved(a: &Applied) -> bool {
     a.replicas_written > 0 || a.version_moved
-}
-
-/// Every row image of `txn` must carry the columns the key templates of its table use.
-fn check_key_columns(mapper: &Mapper, txn: &Transaction) -> Result<(), Error> {
-    let Some((table, missing)) = mapper.missing_key_columns(&txn.rows) else { return Ok(()) };
-    Err(DefiniteError::MappingBroken {
-        table,
-        position: txn.position.to_string(),
-        message: format!(
-            "key column(s) {} are not in the row image (renamed or dropped by ALTER TABLE, or a session wrote a MINIMAL/NOBLOB row image): its keys would no longer be written or invalidated. Change the mapping's keys (or the writer's binlog_row_image), then restart",
-            missing.join(", ")
-        ),
-    }
-    .into())
 }
 
 /// The newest fencing token handed out for the source (`GET` of its counter key, see
@@ -327,44 +475,126 @@ pub async fn current_fencing_token(redis: &RedisConn, fencing_token_key: &str) -
     Ok(t.unwrap_or(0))
 }
 
-/// A transaction whose Redis writes are done and whose events are in flight: what the apply
-/// task hands the checkpoint task (`ha::checkpoint_loop`).
+/// Transactions whose Redis writes are done and whose events are in flight: what the apply
+/// task hands the checkpoint task (`ha::checkpoint_task`), one per group (or per chunk of a
+/// large transaction).
+#[derive(Default)]
 pub struct Pending {
-    /// Binlog position after the transaction.
-    pub position: SourcePosition,
-    /// Commit time, Unix ms (0: unknown).
+    /// Binlog position after the group's last transaction; `None` for a chunk of a large
+    /// transaction that is not its last (the checkpoint never moves inside a transaction).
+    pub position: Option<SourcePosition>,
+    /// The GTIDs of the group's transactions, in commit order.
+    pub gtids: Vec<String>,
+    /// Commit time of the last transaction, Unix ms (0: unknown); from the heartbeat row when
+    /// the group's last heartbeat is its last transaction (µs precision), else the binlog
+    /// header's whole seconds.
     pub commit_time_ms: u64,
-    /// The renamed-table state after the transaction, when it changed.
+    /// The `NOW(6)` of the group's last heartbeat row, Unix µs.
+    pub heartbeat_us: Option<u64>,
+    /// The renamed-table state after the group, when it changed.
     pub table_names: Option<Arc<TableNames>>,
+    /// Transactions of the group (0 for a chunk that is not the last of its transaction).
+    pub transactions: u64,
     /// Events in flight, with their keys.
     pub deliveries: Vec<(String, DeliveryFuture)>,
 }
 
-/// Counters the apply task keeps (shared with the pipeline's progress log).
-pub trait ApplyStats: Send + Sync {
-    /// One transaction applied with `key_changes` key changes.
-    fn applied(&self, key_changes: u64);
+impl Pending {
+    /// What the checkpoint task needs of a group's transactions, with its deliveries.
+    fn of(txns: &mut [Transaction], deliveries: Vec<(String, DeliveryFuture)>) -> Self {
+        let last = txns.last().expect("a group has a transaction");
+        let heartbeat_us = txns.iter().rev().find_map(|t| t.heartbeat_us);
+        let commit_time_ms = match last.heartbeat_us {
+            Some(us) => us / 1000,
+            None => last.commit_time_ms,
+        };
+        Pending {
+            position: Some(last.position.clone()),
+            gtids: txns.iter().filter_map(|t| t.position.gtid.clone()).collect(),
+            commit_time_ms,
+            heartbeat_us,
+            table_names: txns.iter_mut().rev().find_map(|t| t.table_names.take()),
+            transactions: txns.len() as u64,
+            deliveries,
+        }
+    }
 }
 
-/// The apply task of `binval run`: apply each transaction from `rx` in commit order and hand
-/// its deliveries to the checkpoint task through `acks` (bounded: the apply task waits while
-/// the checkpoint task is behind). Returns when `rx` closes or the checkpoint task stopped.
+/// Counters the apply task keeps (shared with the pipeline's progress log).
+pub trait ApplyStats: Send + Sync {
+    /// A group of `transactions` transactions applied, with `rows` rows decoded and
+    /// `key_changes` key changes written.
+    fn applied(&self, transactions: u64, rows: u64, key_changes: u64);
+    /// A large transaction was applied alone, in chunks; `spilled`: its row events went to a
+    /// temporary file.
+    fn large(&self, _spilled: bool) {}
+}
+
+/// The apply task of `binval run`: takes every transaction already queued in `rx` (up to
+/// `writer.max_group_rows` rows, see [`crate::write::group`]) as one group, applies it and
+/// hands its deliveries to the checkpoint task through `acks` (bounded: the apply task waits
+/// while the checkpoint task is behind). A large transaction is applied alone, in chunks.
+/// Returns when `rx` closes or the checkpoint task stopped.
 pub async fn apply_loop(
     mut writer: Writer,
     mut rx: mpsc::Receiver<Transaction>,
     acks: mpsc::Sender<Pending>,
     stats: Arc<dyn ApplyStats>,
 ) -> Result<(), Error> {
-    let mut changes: Vec<KeyChange> = Vec::new();
-    while let Some(txn) = rx.recv().await {
-        let o = writer.apply_transaction(&txn, &mut changes, &mut |_| {}).await?;
-        stats.applied(o.key_changes);
-        metrics::counter!(names::TRANSACTIONS).increment(1);
-        let p =
-            Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries: o.deliveries };
-        if acks.send(p).await.is_err() {
-            break;
+    let mut held: Option<Transaction> = None;
+    loop {
+        let first = match held.take() {
+            Some(t) => t,
+            None => match rx.recv().await {
+                Some(t) => t,
+                None => return Ok(()),
+            },
+        };
+        if is_large(&first) {
+            let mut txn = first;
+            stats.large(txn.rows.spilled());
+            if txn.rows.spilled() {
+                metrics::counter!(names::TRANSACTIONS_SPILLED).increment(1);
+            }
+            let meta = Transaction {
+                position: txn.position.clone(),
+                commit_time_ms: txn.commit_time_ms,
+                heartbeat_us: txn.heartbeat_us,
+                table_names: txn.table_names.take(),
+                ..Transaction::default()
+            };
+            let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;
+            stats.applied(1, o.rows, o.key_changes);
+            metrics::counter!(names::TRANSACTIONS).increment(1);
+            metrics::counter!(names::ROWS).increment(o.rows);
+            if acks.send(Pending::of(&mut [meta], o.deliveries)).await.is_err() {
+                return Ok(());
+            }
+            continue;
+        }
+        let mut group = Group::new();
+        group.add(first, &writer.mapper, &writer.fence)?;
+        while group.rows < writer.max_group_rows && group.txns.len() < MAX_GROUP_TRANSACTIONS && !group.ends_with_ddl() {
+            let Ok(txn) = rx.try_recv() else { break };
+            if is_large(&txn) {
+                held = Some(txn);
+                break;
+            }
+            group.add(txn, &writer.mapper, &writer.fence)?;
+        }
+        let o = writer.apply_group(&mut group, &mut |_| {}).await?;
+        let n = group.txns.len() as u64;
+        stats.applied(n, o.rows, o.key_changes);
+        metrics::counter!(names::TRANSACTIONS).increment(n);
+        metrics::counter!(names::ROWS).increment(o.rows);
+        metrics::histogram!(names::APPLY_GROUP_TRANSACTIONS).record(n as f64);
+        metrics::histogram!(names::APPLY_GROUP_KEYS).record(o.key_changes as f64);
+        if acks.send(Pending::of(&mut group.txns, o.deliveries)).await.is_err() {
+            return Ok(());
         }
     }
-    Ok(())
 }
+
+/// Transactions per group at most, whatever their rows (transactions of unmapped tables have
+/// none): bounds the metadata a group holds.
+const MAX_GROUP_TRANSACTIONS: usize = 10_000;

@@ -3,12 +3,14 @@
 //!
 //! | module | step |
 //! |---|---|
-//! | [`apply`] | one transaction: map, collapse, fenced writes, events (run and replay) |
+//! | [`group`] | transactions applied together (a group), large transactions in chunks |
+//! | [`apply`] | a group (run) or one transaction (replay): decode, map, collapse, fenced writes, events |
 //! | [`fence`] | the fence position of a transaction: the order every write is checked against |
 //! | [`redis_sink`] | replicas first, then the version token, fenced by position and fencing token |
 //! | [`kafka_sink`] | one invalidation event per key change |
 
 pub mod apply;
 pub mod fence;
+pub mod group;
 pub mod kafka_sink;
 pub mod redis_sink;

@@ -1,149 +1,218 @@
-//! Redis stage: per changed key, in commit order, write all N suffix replicas, wait for every
-//! acknowledgement, then move the version token `K:ver` to the change's fence position.
+//! Redis stage: per changed key, write all N suffix replicas, wait for every acknowledgement,
+//! then move the version token `K:ver` to the change's fence position.
 //!
 //! Every single-key write is **version-fenced** (see `binval_protocol::fence`): a Lua script
 //! applies it only when its fence position is newer than what the key holds, so re-applying
 //! changes after a crash, a replay or a duplicate never moves a replica or a token backwards
 //! (invariant I2), and a delete leaves a tombstone that refuses late, older writes.
 //!
-//! * Standalone: replicas and token in one Lua script per key change (scripts run atomically),
-//!   so a reader sees all of it or none of it.
+//! The changes of a whole group of transactions (see `write::apply`) are written together,
+//! one change per key, each at its own fence position, in as few round trips as the order
+//! allows, with one pipeline per master per step ([`RedisConn::run_batch`]):
+//!
+//! * Standalone: replicas and token of each key in one Lua script (scripts run atomically,
+//!   so a reader sees all of a key's change or none of it); the whole group is one step.
 //! * Cluster: replicas live in different hash slots, usually on different masters, and Redis
-//!   has no atomicity across slots (the redis crate refuses cross-slot pipelines). So binval
-//!   sends each replica write to its own slot's master concurrently (the multiplexed cluster
-//!   connection batches the commands per node), waits until every one is acknowledged, and only
-//!   then runs the version script on `K:ver`. Order and idempotence carry correctness instead of atomicity: a
-//!   reader reads the token first, so it can pair a newer value with an older version (which
-//!   the next invalidation evicts) but never an older value with a newer version.
+//!   has no atomicity across slots. Three steps, each one pipeline per master, all masters at
+//!   once: (1) read the version tokens (a key whose token is already newer is skipped: see
+//!   "Writing one key" in `binval_protocol::fence`); (2) every replica of every key; (3) once
+//!   *every* replica write of the group is acknowledged, the version tokens. Order and
+//!   idempotence carry correctness instead of atomicity: no token moves before all replicas of
+//!   its change are written (I1).
 //!
-//! Changes of different keys within one transaction are applied concurrently; changes of the
-//! same key strictly in order. Errors are classified transient (connection, timeout, cluster
-//! re-sharding) or definite (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`].
+//! Errors are classified transient (connection, timeout, cluster re-sharding) or definite
+//! (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`], naming the key.
 //!
-//! The connection itself ([`RedisConn`]: connect, commands, scripts, SCAN over the masters) is
-//! the crate-wide client in [`crate::redis_conn`]; this module adds the fenced writes to it.
+//! The connection itself ([`RedisConn`]: connect, commands, scripts, batches, SCAN over the
+//! masters) is the crate-wide client in [`crate::redis_conn`]; this module adds the fenced
+//! writes to it.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use binval_protocol::fence::{self, FIELD_POSITION};
-use binval_protocol::{parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
-use futures::stream::{self, StreamExt, TryStreamExt};
+use binval_protocol::{hash_slot, parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
+use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{classify_redis, DefiniteError, Error, TransientError};
 use crate::mapping::{KeyChange, Mapper};
 use crate::redis_conn::RedisConn;
 
-/// How many keys of one transaction are written concurrently.
-const KEY_CONCURRENCY: usize = 64;
-
 /// The fenced write stage, as methods of the crate-wide client.
 impl RedisConn {
-    /// Apply one key change at fence position `w.position` under fencing token
-    /// `w.fencing_token`, following "Writing one key" in `binval_protocol::fence`: skip when
-    /// the version token is already newer, else every replica through the replica script, then
-    /// the version token. Re-applying a change is a no-op; an older change never overwrites a
-    /// newer one.
+    /// Apply key changes at fence position `w.position` under fencing token
+    /// `w.fencing_token` ([`RedisConn::apply_batch`] with one position for all); returns the
+    /// outcome of each change, index for index. Callers pass at most one change per key (see
+    /// [`crate::mapping::collapse_per_key`]): two changes at the same position would be a
+    /// no-op re-apply for the second.
+    pub async fn apply_all(&self, changes: &[KeyChange], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
+        let positions = vec![w.position; changes.len()];
+        self.apply_batch(changes, &positions, w).await
+    }
+
+    /// Apply `changes[i]` at fence position `positions[i]` (this, not `w.position`, is each
+    /// change's position), under fencing token `w.fencing_token`, following "Writing one key"
+    /// in `binval_protocol::fence`: a key whose version token is already newer is skipped,
+    /// else every replica goes through the replica script, then the version token moves. At
+    /// most one change per key. Re-applying a change is a no-op; an older change never
+    /// overwrites a newer one. Returns the outcome of each change, index for index.
     ///
     /// Errors: [`TransientError::LeaseLost`] when a replica was written under a newer fencing
-    /// token; transient/definite Redis errors per [`classify_redis`].
-    pub async fn apply(&self, ch: &KeyChange, w: &WriteCtx) -> Result<Applied, Error> {
-        let pos = w.position;
-        let vkey = version_key(&ch.key);
-        let args = replica_args(ch, pos, w.fencing_token, w.tombstone_ttl_ms);
-        let (written, version_moved, lost) = match self {
-            RedisConn::Standalone(c) => {
-                let mut c = c.clone();
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(scripts().key.get_hash()).arg(1 + ch.replicas).arg(&vkey);
-                for i in 0..ch.replicas {
-                    cmd.arg(replica_key(&ch.key, i));
-                }
-                cmd.arg(&args);
-                let (w, m, l, skipped): (u32, i64, i64, i64) = cmd.query_async(&mut c).await.map_err(|e| classify_redis(e, &ch.key))?;
-                if skipped == 1 {
-                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
-                }
-                (w, m == 1, l == 1)
-            }
-            RedisConn::Cluster(c) => {
-                // 1. A newer change fully applied? Then nothing to do (see binval_protocol::fence).
-                if self.read_version(&ch.key).await? > pos.0 {
-                    return Ok(Applied { version: pos.0, replicas_written: 0, version_moved: false, skipped_newer: true });
-                }
-                // 2. Every replica, concurrently, each fenced on its own.
-                let writes = (0..ch.replicas).map(|i| {
-                    let mut c = c.clone();
-                    let rk = replica_key(&ch.key, i);
-                    let args = &args;
-                    async move {
-                        let mut inv = scripts().replica.key(&rk);
-                        inv.arg(args);
-                        let r: i64 = inv.invoke_async(&mut c).await.map_err(|e| classify_redis(e, &rk))?;
-                        crate::failpoint::hit("redis.after_replica");
-                        Ok::<i64, Error>(r)
-                    }
-                });
-                let results = futures::future::try_join_all(writes).await?;
-                if results.iter().any(|r| *r < 0) {
-                    (0, false, true)
-                } else {
-                    crate::failpoint::hit("redis.before_version");
-                    // 3. The token, only after every replica acknowledged.
-                    let mut c = c.clone();
-                    let v: i64 = scripts()
-                        .version
-                        .key(&vkey)
-                        .arg(pos.0.to_string())
-                        .invoke_async(&mut c)
-                        .await
-                        .map_err(|e| classify_redis(e, &vkey))?;
-                    (results.iter().filter(|r| **r == 1).count() as u32, v == 1, false)
-                }
-            }
-        };
-        if lost {
-            return Err(TransientError::LeaseLost {
-                source_name: w.source_name.to_string(),
-                message: format!("a replica of key {} was written under a newer fencing token than {}", ch.key, w.fencing_token),
-            }
-            .into());
+    /// token (no token of the batch moves then); transient/definite Redis errors per
+    /// [`classify_redis`], naming the key.
+    pub async fn apply_batch(&self, changes: &[KeyChange], positions: &[FencePosition], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
+        assert_eq!(changes.len(), positions.len(), "one position per change");
+        if changes.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(Applied { version: pos.0, replicas_written: written, version_moved, skipped_newer: false })
-    }
-
-    async fn apply_group(&self, changes: &[KeyChange], idx: Vec<usize>, w: &WriteCtx) -> Result<Vec<(usize, Applied)>, Error> {
-        let mut out = Vec::with_capacity(idx.len());
-        for i in idx {
-            out.push((i, self.apply(&changes[i], w).await?));
-        }
-        Ok(out)
-    }
-
-    /// Apply the key changes of one transaction (all at the transaction's fence position);
-    /// returns the outcome of each change, index for index. Callers pass at most one change
-    /// per key (see [`crate::mapping::collapse_per_key`]): two changes at the same position would be a no-op
-    /// re-apply for the second. Different keys are applied concurrently.
-    pub async fn apply_all(&self, changes: &[KeyChange], w: &WriteCtx) -> Result<Vec<Applied>, Error> {
-        let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
-        let mut order: Vec<&str> = Vec::new();
-        for (i, c) in changes.iter().enumerate() {
-            by_key
-                .entry(c.key.as_str())
-                .or_insert_with(|| {
-                    order.push(c.key.as_str());
-                    Vec::new()
-                })
-                .push(i);
-        }
-        let groups: Vec<Vec<usize>> = order.into_iter().map(|k| by_key.remove(k).unwrap_or_default()).collect();
-        let mut applied = vec![Applied::default(); changes.len()];
-        let results: Vec<Vec<(usize, Applied)>> =
-            stream::iter(groups).map(|idx| self.apply_group(changes, idx, w)).buffer_unordered(KEY_CONCURRENCY).try_collect().await?;
-        for (i, a) in results.into_iter().flatten() {
-            applied[i] = a;
+        let mut applied: Vec<Applied> = positions.iter().map(|p| Applied { version: p.0, ..Applied::default() }).collect();
+        match self {
+            RedisConn::Standalone(_) => self.apply_standalone(changes, positions, w, &mut applied).await?,
+            RedisConn::Cluster(..) => self.apply_cluster(changes, positions, w, &mut applied).await?,
         }
         Ok(applied)
+    }
+
+    /// Standalone: one whole-key script per change, all in pipelines.
+    async fn apply_standalone(
+        &self,
+        changes: &[KeyChange],
+        positions: &[FencePosition],
+        w: &WriteCtx,
+        applied: &mut [Applied],
+    ) -> Result<(), Error> {
+        let sha = scripts().key.get_hash();
+        let make = |i: usize| {
+            let ch = &changes[i];
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(1 + ch.replicas).arg(version_key(&ch.key));
+            for r in 0..ch.replicas {
+                cmd.arg(replica_key(&ch.key, r));
+            }
+            push_replica_args(&mut cmd, ch, positions[i], w);
+            (0, cmd)
+        };
+        let replies = self.script_batch(changes.len(), make, None).await;
+        let mut lost = None;
+        for ((a, ch), reply) in applied.iter_mut().zip(changes).zip(replies) {
+            let (written, moved, l, skipped): (u32, i64, i64, i64) =
+                reply.and_then(|v| redis::from_redis_value(v).map_err(RedisError::from)).map_err(|e| classify_redis(e, &ch.key))?;
+            a.replicas_written = written;
+            a.version_moved = moved == 1;
+            a.skipped_newer = skipped == 1;
+            if l == 1 {
+                lost = Some(&ch.key);
+            }
+        }
+        match lost {
+            Some(key) => Err(lease_lost(key, w)),
+            None => Ok(()),
+        }
+    }
+
+    /// Cluster: tokens read, then every replica, then the tokens (module docs).
+    async fn apply_cluster(
+        &self,
+        changes: &[KeyChange],
+        positions: &[FencePosition],
+        w: &WriteCtx,
+        applied: &mut [Applied],
+    ) -> Result<(), Error> {
+        // 1. Version tokens: a key whose token is newer than the change is fully applied.
+        let read = |i: usize| {
+            let vkey = version_key(&changes[i].key);
+            let slot = hash_slot(vkey.as_bytes());
+            let mut cmd = redis::cmd("GET");
+            cmd.arg(vkey);
+            (slot, cmd)
+        };
+        let versions = self.run_batch((0..changes.len()).map(read).collect(), None).await;
+        let mut todo: Vec<usize> = Vec::with_capacity(changes.len());
+        for (i, r) in versions.into_iter().enumerate() {
+            let vkey = || version_key(&changes[i].key);
+            let raw: Option<Vec<u8>> =
+                r.and_then(|v| redis::from_redis_value(v).map_err(RedisError::from)).map_err(|e| classify_redis(e, &vkey()))?;
+            let v = parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey(), message: m })?;
+            if v > positions[i].0 {
+                applied[i].skipped_newer = true;
+            } else {
+                todo.push(i);
+            }
+        }
+        // 2. Every replica of every key still to write, each fenced on its own.
+        let replicas: Vec<(usize, u32)> = todo.iter().flat_map(|&i| (0..changes[i].replicas).map(move |r| (i, r))).collect();
+        let sha = scripts().replica.get_hash();
+        let write = |k: usize| {
+            let (i, r) = replicas[k];
+            let rk = replica_key(&changes[i].key, r);
+            let slot = hash_slot(rk.as_bytes());
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(1).arg(rk);
+            push_replica_args(&mut cmd, &changes[i], positions[i], w);
+            (slot, cmd)
+        };
+        let replies = self.script_batch(replicas.len(), write, Some("redis.after_replica")).await;
+        let mut lost = None;
+        for (&(i, r), reply) in replicas.iter().zip(replies) {
+            let code: i64 = reply
+                .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
+                .map_err(|e| classify_redis(e, &replica_key(&changes[i].key, r)))?;
+            match code {
+                1 => applied[i].replicas_written += 1,
+                c if c < 0 => lost = Some(i),
+                _ => {}
+            }
+        }
+        if let Some(i) = lost {
+            return Err(lease_lost(&changes[i].key, w));
+        }
+        // 3. The tokens, only after every replica write of the batch is acknowledged.
+        for _ in &todo {
+            crate::failpoint::hit("redis.before_version");
+        }
+        let sha = scripts().version.get_hash();
+        let bump = |k: usize| {
+            let i = todo[k];
+            let vkey = version_key(&changes[i].key);
+            let slot = hash_slot(vkey.as_bytes());
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(1).arg(vkey).arg(positions[i].0);
+            (slot, cmd)
+        };
+        let replies = self.script_batch(todo.len(), bump, None).await;
+        for (&i, reply) in todo.iter().zip(replies) {
+            let moved: i64 = reply
+                .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
+                .map_err(|e| classify_redis(e, &version_key(&changes[i].key)))?;
+            applied[i].version_moved = moved == 1;
+        }
+        Ok(())
+    }
+
+    /// [`RedisConn::run_batch`] of the `n` script calls `make(0..n)`; calls refused with
+    /// `NOSCRIPT` (the server lost its script cache: a restart, a failover) are made again once
+    /// after the scripts are loaded anew.
+    async fn script_batch(
+        &self,
+        n: usize,
+        make: impl Fn(usize) -> (u16, redis::Cmd),
+        ack_point: Option<&'static str>,
+    ) -> Vec<RedisResult<Value>> {
+        let mut out = self.run_batch((0..n).map(&make).collect(), ack_point).await;
+        let again: Vec<usize> = (0..n)
+            .filter(|&i| matches!(&out[i], Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)))
+            .collect();
+        if !again.is_empty() {
+            tracing::info!(calls = again.len(), "Redis lost binval's scripts (NOSCRIPT); loading them again");
+            if let Err(e) = self.load_scripts().await {
+                tracing::warn!(error = %e, "loading the scripts again failed");
+                return out;
+            }
+            let replies = self.run_batch(again.iter().map(|&i| make(i)).collect(), ack_point).await;
+            for (i, r) in again.into_iter().zip(replies) {
+                out[i] = r;
+            }
+        }
+        out
     }
 
     /// Mark every key of `template` stale at `w.position` (TRUNCATE / DROP TABLE of its table):
@@ -259,15 +328,29 @@ fn scripts() -> &'static Scripts {
     })
 }
 
-/// ARGV of the replica script for `ch`.
-fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombstone_ttl_ms: u64) -> Vec<String> {
-    let (kind, payload, ttl_ms) = match (&ch.payload, ch.op) {
-        (_, Op::Delete) => ("del", String::new(), tombstone_ttl_ms),
-        (Some(p), _) => ("set", p.clone(), ch.ttl_secs * 1000),
+/// ARGV of the replica script for `ch`: position, fencing token, kind, payload, TTL ms.
+fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombstone_ttl_ms: u64) -> (u64, u64, &'static str, &str, u64) {
+    match (&ch.payload, ch.op) {
+        (_, Op::Delete) => (pos.0, fencing_token, "del", "", tombstone_ttl_ms),
+        (Some(p), _) => (pos.0, fencing_token, "set", p.as_str(), ch.ttl_secs * 1000),
         // Invalidate mode: no payload, readers go to their loader.
-        (None, _) => ("inv", String::new(), if ch.ttl_secs > 0 { ch.ttl_secs * 1000 } else { tombstone_ttl_ms }),
-    };
-    vec![pos.0.to_string(), fencing_token.to_string(), kind.into(), payload, ttl_ms.to_string()]
+        (None, _) => (pos.0, fencing_token, "inv", "", if ch.ttl_secs > 0 { ch.ttl_secs * 1000 } else { tombstone_ttl_ms }),
+    }
+}
+
+/// Append the replica script's ARGV for `ch` at `pos` to `cmd`.
+fn push_replica_args(cmd: &mut redis::Cmd, ch: &KeyChange, pos: FencePosition, w: &WriteCtx) {
+    let (p, token, kind, payload, ttl) = replica_args(ch, pos, w.fencing_token, w.tombstone_ttl_ms);
+    cmd.arg(p).arg(token).arg(kind).arg(payload).arg(ttl);
+}
+
+/// The lease was lost: a replica of `key` was written under a newer fencing token.
+fn lease_lost(key: &str, w: &WriteCtx) -> Error {
+    TransientError::LeaseLost {
+        source_name: w.source_name.to_string(),
+        message: format!("a replica of key {key} was written under a newer fencing token than {}", w.fencing_token),
+    }
+    .into()
 }
 
 #[cfg(test)]
@@ -281,8 +364,8 @@ mod tests {
     #[test]
     fn replica_arguments_per_kind() {
         let p = FencePosition(42);
-        assert_eq!(replica_args(&ch("k", Op::Update, Some("{}")), p, 7, 1000), ["42", "7", "set", "{}", "0"]);
-        assert_eq!(replica_args(&ch("k", Op::Delete, None), p, 7, 1000), ["42", "7", "del", "", "1000"]);
-        assert_eq!(replica_args(&ch("k", Op::Update, None), p, 7, 1000), ["42", "7", "inv", "", "1000"]);
+        assert_eq!(replica_args(&ch("k", Op::Update, Some("{}")), p, 7, 1000), (42, 7, "set", "{}", 0));
+        assert_eq!(replica_args(&ch("k", Op::Delete, None), p, 7, 1000), (42, 7, "del", "", 1000));
+        assert_eq!(replica_args(&ch("k", Op::Update, None), p, 7, 1000), (42, 7, "inv", "", 1000));
     }
 }

@@ -76,8 +76,9 @@ pub struct Live {
     rx: mpsc::Receiver<Transaction>,
     stop: watch::Sender<bool>,
     handle: Option<tokio::task::JoinHandle<Result<(), binval::error::Error>>>,
-    /// Transactions received so far.
-    pub transactions: Vec<Transaction>,
+    /// Transactions received so far, with their rows decoded (the apply stage decodes them in
+    /// the pipeline; here, as soon as they arrive).
+    pub transactions: Vec<(Transaction, Vec<RowChange>)>,
     /// The source stage's counters (events, rows, reconnects).
     pub stats: Arc<SourceStats>,
 }
@@ -131,7 +132,7 @@ impl Live {
                         f.starts_with("mysql-bin.") && f.len() == "mysql-bin.000001".len() && f[10..].bytes().all(|b| b.is_ascii_digit()),
                         "transaction position names file {f:?}"
                     );
-                    self.transactions.push(t)
+                    self.push(t)
                 }
                 Ok(None) => {
                     let h = self.handle.take().unwrap();
@@ -151,7 +152,14 @@ impl Live {
                 }
             }
         }
-        self.transactions.iter().flat_map(|t| t.rows.iter().map(row_json)).collect()
+        self.transactions.iter().flat_map(|t| t.1.iter().map(row_json)).collect()
+    }
+
+    /// Keep a received transaction, its rows decoded (a row that does not decode panics).
+    fn push(&mut self, mut t: Transaction) {
+        let mut rows = Vec::new();
+        t.rows.decode_all(&mut rows).unwrap_or_else(|e| panic!("transaction ending at {}: {e}", t.position));
+        self.transactions.push((t, rows));
     }
 
     /// Everything received so far in commit order: each row change ([`row_json`]), and for a
@@ -159,17 +167,17 @@ impl Live {
     /// `{"kind": "invalidate", "tables": [...]}`.
     pub fn changes(&self) -> Vec<Value> {
         let mut out = Vec::new();
-        for t in &self.transactions {
+        for (t, rows) in &self.transactions {
             if !t.invalidate_tables.is_empty() {
                 out.push(json!({"kind": "invalidate", "tables": t.invalidate_tables}));
             }
-            out.extend(t.rows.iter().map(row_json));
+            out.extend(rows.iter().map(row_json));
         }
         out
     }
 
     fn row_count(&self) -> usize {
-        self.transactions.iter().map(|t| t.rows.len()).sum()
+        self.transactions.iter().map(|t| t.1.len()).sum()
     }
 
     /// Wait for the source to stop by itself with an error (within `secs`).
@@ -177,7 +185,7 @@ impl Live {
         let h = self.handle.take().unwrap();
         let drain = async {
             while let Some(t) = self.rx.recv().await {
-                self.transactions.push(t);
+                self.push(t);
             }
         };
         let (r, _) = tokio::time::timeout(Duration::from_secs(secs), async { tokio::join!(h, drain) })

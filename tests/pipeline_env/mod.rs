@@ -266,6 +266,40 @@ pub fn events_until(
     got
 }
 
+/// Check the invalidation events of `topic` against `changes` (key, version of each change, in
+/// any order): every change is covered by an event of its key with the same or a higher
+/// version (binval collapses the changes of a key within a group to the newest, so an
+/// intermediate version may have no event of its own, but a consumer that cached it is evicted
+/// by the newer one), the newest change of every key has its own event, and no event of these
+/// keys from the oldest change given on carries a version that is not one of its changes
+/// (older events of the key may come from changes not given). Reads for up to 30 s; returns
+/// what is wrong, or `None`.
+pub fn events_cover(bootstrap: &str, topic: &str, changes: &[(String, u64)]) -> Option<String> {
+    use std::collections::{BTreeMap, HashSet};
+    let mut newest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut oldest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut all: HashSet<(String, u64)> = HashSet::new();
+    for (k, v) in changes {
+        let e = newest.entry(k.as_str()).or_insert(0);
+        *e = (*e).max(*v);
+        let o = oldest.entry(k.as_str()).or_insert(u64::MAX);
+        *o = (*o).min(*v);
+        all.insert((k.clone(), *v));
+    }
+    let want: HashSet<(String, u64)> = newest.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let got = events_until(bootstrap, topic, &want);
+    let missing: Vec<_> = want.difference(&got).collect();
+    if !missing.is_empty() {
+        return Some(format!("{} of {} keys have no event for their newest change: {missing:?}", missing.len(), want.len()));
+    }
+    let invented: Vec<_> =
+        got.iter().filter(|(k, v)| oldest.get(k.as_str()).is_some_and(|o| v >= o)).filter(|e| !all.contains(*e)).collect();
+    if !invented.is_empty() {
+        return Some(format!("events with versions that are no change of their key: {invented:?}"));
+    }
+    None
+}
+
 /// Read every event of `topic` from the beginning until `want` events arrived or 20 s passed.
 pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
     let c: BaseConsumer = ClientConfig::new()
