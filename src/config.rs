@@ -638,6 +638,31 @@ replicas = 8
     }
 
     #[test]
+    fn load_settings_are_checked_and_name_the_field() {
+        let c = Config::from_toml(OK).unwrap();
+        assert_eq!((c.source.heartbeat_table.as_deref(), c.source.heartbeat_interval_ms, c.source.transaction_memory_mb), (None, 500, 32));
+        assert_eq!(c.apply.max_group_rows, 4096);
+        let with = |extra: &str| Config::from_toml(&OK.replace("server_id = 77", &format!("server_id = 77\n{extra}")));
+        let c = with("heartbeat_table = \"binval.heartbeat\"\nheartbeat_interval_ms = 100").unwrap();
+        assert_eq!(c.source.heartbeat_table.as_deref(), Some("binval.heartbeat"));
+        for (extra, field) in [
+            ("heartbeat_table = \"heartbeat\"", "source.heartbeat_table"),
+            ("heartbeat_table = \"a.b; DROP TABLE x\"", "source.heartbeat_table"),
+            ("heartbeat_table = \"shop.items\"", "source.heartbeat_table"),
+            ("heartbeat_interval_ms = 0", "source.heartbeat_interval_ms"),
+            ("transaction_memory_mb = 0", "source.transaction_memory_mb"),
+            ("spill_dir = \"/nonexistent/binval\"", "source.spill_dir"),
+        ] {
+            let e = with(extra).unwrap_err().to_string();
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+        let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group_rows = 0\n")).unwrap_err().to_string();
+        assert!(e.contains("apply.max_group_rows"), "{e}");
+        let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group = 10\n")).unwrap_err().to_string();
+        assert!(e.contains("max_group"), "an unknown field is named: {e}");
+    }
+
+    #[test]
     fn environment_overrides_keep_strings_and_split_lists() {
         let dir = std::env::temp_dir().join(format!("binval-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

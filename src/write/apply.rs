@@ -206,31 +206,43 @@ impl Writer {
         let mapper = self.mapper.clone();
         let position = txn.position.clone();
         // Pass 1 (on a blocking thread: decoding is synchronous): check the key columns of
-        // every row, and index the last change of each key.
+        // every row, and find the keys that may change more than once; pass 1b, only if some
+        // may: the last change of each of those (see `KeyIndex`).
         let held = std::mem::take(&mut txn.rows);
+        // A row image takes at least ~16 bytes of binlog: an upper bound of the keys to expect.
+        let expected = (held.total_bytes() / 16) as usize;
         let (mut rows_events, index, rows) = {
             let (mapper, at) = (mapper.clone(), position.clone());
             tokio::task::spawn_blocking(move || {
-                let (mut held, mut index, mut rows, mut mapped) = (held, KeyIndex::default(), 0u64, Vec::new());
+                let (mut held, mut index, mut rows, mut mapped) = (held, KeyIndex::new(expected), 0u64, Vec::new());
                 held.decode_chunks(chunk_rows, |chunk| {
                     rows += chunk.len() as u64;
                     check_key_columns(&mapper, &at, chunk)?;
                     mapped.clear();
                     mapper.map_rows(chunk, &mut mapped);
                     Ok::<(), ChunkError>(index.record(&mapped)?)
-                })
-                .map(|_| (held, index, rows))
+                })?;
+                if index.may_repeat() {
+                    let mut seen = 0u32;
+                    held.decode_chunks(chunk_rows, |chunk| {
+                        mapped.clear();
+                        mapper.map_rows(chunk, &mut mapped);
+                        index.record_repeated(&mapped, &mut seen);
+                        Ok::<(), ChunkError>(())
+                    })?;
+                }
+                Ok::<_, ChunkError>((held, index, rows))
             })
             .await
             .map_err(|e| crate::error::task_failed("large transaction decoder", e))?
             .map_err(|e| e.into_error(&position))?
         };
         tracing::info!(
-            position = %txn.position, rows, keys = index.keys(), spilled = rows_events.spilled(),
+            position = %txn.position, rows, key_changes = index.changes(), repeated_keys = index.repeated(), spilled = rows_events.spilled(),
             bytes = rows_events.total_bytes(), "large transaction: applying it alone, in chunks of {chunk_rows} rows"
         );
         // Pass 2: write the last change of each key, chunk by chunk.
-        let pos = if index.keys() > 0 { Some(self.fence.position(&txn.position)?) } else { None };
+        let pos = if index.changes() > 0 { Some(self.fence.position(&txn.position)?) } else { None };
         let mut total = TxnOutcome { rows, ..TxnOutcome::default() };
         let mut seen = 0u32;
         let mut pending_chunk: Option<Vec<KeyChange>> = None;

@@ -147,60 +147,107 @@ pub fn check_key_columns(mapper: &Mapper, txn_end: &SourcePosition, rows: &[RowC
     .into())
 }
 
-/// The last change of every key of a large transaction, by a 128-bit hash of the key: the
-/// number of the change in the transaction (in [`Mapper::map_rows`] order, chunk after chunk)
-/// and whether the key's first change was an insert (module docs).
-#[derive(Default)]
+/// Which changes of a large transaction to write: the last change of each key (module docs),
+/// found without holding every key.
+///
+/// Pass 1 ([`KeyIndex::record`]) puts a 64-bit hash of every key into a Bloom filter
+/// (fastbloom, 1% false positives) and keeps the hashes it had seen before: keys that may
+/// repeat. Most large transactions (`INSERT ... SELECT`, a bulk `UPDATE`) change each key once,
+/// and then nothing else is kept: about 10 bits per key. Otherwise pass 1b
+/// ([`KeyIndex::record_repeated`]) reads the transaction again and keeps, for the keys whose
+/// hash may repeat (true repeats and the filter's false positives), the key itself with the
+/// number of its last change and whether its first was an insert: exact, whatever the hashes
+/// do. Pass 2 ([`KeyIndex::keep_last`]) writes every change of a key that does not repeat, and
+/// only the last one of a key that does.
 pub struct KeyIndex {
-    last: HashMap<u128, (u32, bool), foldhash::fast::FixedState>,
-    next: u32,
+    seen: fastbloom::BloomFilter,
+    maybe_repeated: std::collections::HashSet<u64, foldhash::fast::FixedState>,
+    last: HashMap<String, (u32, bool)>,
+    changes: u32,
 }
 
-/// Two independent 64-bit hashes of `key`: with 128 bits, a collision among even 10^9 keys
-/// has a probability below 10^-20.
-fn key_hash(key: &str) -> u128 {
-    let h = |seed: u64| {
-        let mut s = foldhash::quality::FixedState::with_seed(seed).build_hasher();
-        s.write(key.as_bytes());
-        s.finish()
-    };
-    (h(0x9e37_79b9_7f4a_7c15) as u128) << 64 | h(0xc2b2_ae3d_27d4_eb4f) as u128
+/// A 64-bit hash of `key` (fixed seed: the same in every pass).
+fn key_hash(key: &str) -> u64 {
+    let mut s = foldhash::quality::FixedState::with_seed(0x9e37_79b9_7f4a_7c15).build_hasher();
+    s.write(key.as_bytes());
+    s.finish()
 }
 
 impl KeyIndex {
-    /// Record the changes of the next chunk (pass 1). Errors when a transaction has more than
+    /// An index sized for about `expected_keys` keys (more only raise the false-positive rate,
+    /// never the error: see the type's docs).
+    pub fn new(expected_keys: usize) -> Self {
+        KeyIndex {
+            seen: fastbloom::BloomFilter::with_false_pos(0.01).expected_items(expected_keys.max(1024)),
+            maybe_repeated: Default::default(),
+            last: HashMap::new(),
+            changes: 0,
+        }
+    }
+
+    /// Pass 1: record the changes of the next chunk. Errors when a transaction has more than
     /// 2^32 key changes.
     pub fn record(&mut self, changes: &[KeyChange]) -> Result<(), Error> {
         for c in changes {
-            let n = self.next;
-            self.next =
-                n.checked_add(1).ok_or_else(|| DefiniteError::UnsupportedEvent("a transaction with more than 2^32 key changes".into()))?;
-            self.last.entry(key_hash(&c.key)).and_modify(|e| e.0 = n).or_insert((n, c.op == Op::Insert));
+            self.changes =
+                self.changes.checked_add(1).ok_or_else(|| DefiniteError::UnsupportedEvent("a transaction with more than 2^32 key changes".into()))?;
+            let h = key_hash(&c.key);
+            // `insert_hash` answers whether the hash may have been in the filter already.
+            if self.seen.insert_hash(h) {
+                self.maybe_repeated.insert(h);
+            }
         }
         Ok(())
     }
 
-    /// Distinct keys recorded.
-    pub fn keys(&self) -> usize {
+    /// Key changes recorded in pass 1.
+    pub fn changes(&self) -> u32 {
+        self.changes
+    }
+
+    /// Some key may change more than once: pass 1b is needed.
+    pub fn may_repeat(&self) -> bool {
+        !self.maybe_repeated.is_empty()
+    }
+
+    /// Pass 1b: for the keys that may repeat, the number of their last change (chunks in the
+    /// same order as in pass 1; `seen` counts the changes of the chunks before).
+    pub fn record_repeated(&mut self, changes: &[KeyChange], seen: &mut u32) {
+        for c in changes {
+            let me = *seen;
+            *seen += 1;
+            if self.maybe_repeated.contains(&key_hash(&c.key)) {
+                self.last.entry(c.key.clone()).and_modify(|e| e.0 = me).or_insert((me, c.op == Op::Insert));
+            }
+        }
+    }
+
+    /// Keys that may repeat, and how many of them really do change more than once (after pass
+    /// 1b).
+    pub fn repeated(&self) -> usize {
         self.last.len()
     }
 
-    /// Keep only the last change of each key in the next chunk's `changes` (pass 2; chunks in
-    /// the same order as in pass 1), with the op rule of [`collapse_per_key`]. `seen` counts
-    /// the changes of the chunks before.
+    /// Pass 2: keep, in the next chunk's `changes`, every change of a key that does not repeat
+    /// and only the last one of a key that does, with the op rule of [`collapse_per_key`].
+    /// `seen` counts the changes of the chunks before.
     pub fn keep_last(&self, changes: &mut Vec<KeyChange>, seen: &mut u32) {
         let mut n = *seen;
         changes.retain_mut(|c| {
             let me = n;
             n += 1;
-            match self.last.get(&key_hash(&c.key)) {
+            if self.last.is_empty() {
+                return true;
+            }
+            match self.last.get(&c.key) {
+                None => true,
                 Some(&(last, first_insert)) if last == me => {
                     if first_insert && c.op == Op::Update {
                         c.op = Op::Insert;
                     }
                     true
                 }
-                _ => false,
+                Some(_) => false,
             }
         });
         *seen = n;
@@ -219,6 +266,26 @@ mod tests {
     /// Chunked, the index keeps exactly what one collapse of the whole transaction keeps.
     #[test]
     fn key_index_matches_a_whole_collapse() {
+        let run = |all: &[KeyChange], chunk: usize| {
+            let mut index = KeyIndex::new(all.len());
+            for c in all.chunks(chunk) {
+                index.record(c).unwrap();
+            }
+            let mut seen = 0;
+            if index.may_repeat() {
+                for c in all.chunks(chunk) {
+                    index.record_repeated(c, &mut seen);
+                }
+            }
+            let mut kept = Vec::new();
+            let mut seen = 0;
+            for c in all.chunks(chunk) {
+                let mut c = c.to_vec();
+                index.keep_last(&mut c, &mut seen);
+                kept.extend(c);
+            }
+            kept
+        };
         let all = vec![
             ch("a", Op::Insert, "1"),
             ch("b", Op::Update, "x"),
@@ -228,28 +295,29 @@ mod tests {
             ch("a", Op::Update, "3"),
             ch("d", Op::Delete, ""),
         ];
+        let key_op = |v: &[KeyChange]| {
+            let mut x: Vec<(String, Op, Option<String>)> = v.iter().map(|c| (c.key.clone(), c.op, c.payload.clone())).collect();
+            x.sort_by(|a, b| a.0.cmp(&b.0));
+            x
+        };
         let mut whole = all.clone();
         collapse_per_key(&mut whole);
         for chunk in 1..=all.len() {
-            let mut index = KeyIndex::default();
-            for c in all.chunks(chunk) {
-                index.record(c).unwrap();
-            }
-            assert_eq!(index.keys(), 4);
-            let mut kept = Vec::new();
-            let mut seen = 0;
-            for c in all.chunks(chunk) {
-                let mut c = c.to_vec();
-                index.keep_last(&mut c, &mut seen);
-                kept.extend(c);
-            }
-            let key_op = |v: &[KeyChange]| {
-                let mut x: Vec<(String, Op, Option<String>)> = v.iter().map(|c| (c.key.clone(), c.op, c.payload.clone())).collect();
-                x.sort_by(|a, b| a.0.cmp(&b.0));
-                x
-            };
-            assert_eq!(key_op(&kept), key_op(&whole), "chunks of {chunk}");
+            assert_eq!(key_op(&run(&all, chunk)), key_op(&whole), "chunks of {chunk}");
         }
+        // 200,000 keys, a few changed twice: the filter's false positives (about 1%) are
+        // tracked exactly, so only the true repeats collapse.
+        let mut many: Vec<KeyChange> = (0..200_000).map(|i| ch(&format!("k{i}"), Op::Insert, "1")).collect();
+        many.extend((0..50).map(|i| ch(&format!("k{}", i * 997), Op::Update, "2")));
+        let mut whole = many.clone();
+        collapse_per_key(&mut whole);
+        assert_eq!(whole.len(), 200_000);
+        assert_eq!(key_op(&run(&many, 4096)), key_op(&whole));
+        // No repeats at all: nothing beyond the filter is kept.
+        let once: Vec<KeyChange> = (0..10_000).map(|i| ch(&format!("u{i}"), Op::Insert, "1")).collect();
+        let mut index = KeyIndex::new(10_000);
+        index.record(&once).unwrap();
+        assert!(index.maybe_repeated.len() < 500, "{} false positives", index.maybe_repeated.len());
     }
 
     #[test]
