@@ -258,54 +258,51 @@ impl RedisConn {
         Ok(())
     }
 
-    /// Run `cmds` as one batch: each is paired with the hash slot of the one key it touches
-    /// ([`hash_slot`]). On a cluster, one pipeline per master (at most [`PIPELINE_MAX`]
-    /// commands each), every master at once (see the module docs); on standalone Redis,
-    /// pipelines of [`PIPELINE_MAX`]. Returns each command's reply, index for index (an error
-    /// reply as `Err`). A pipeline that fails as a whole is sent again command by command
-    /// through the cluster client, after a slot map refresh; on standalone Redis its error is
-    /// every command's.
+    /// Run the `n` commands `make(0..n)` as one batch: each is paired with the hash slot of
+    /// the one key it touches ([`binval_protocol::hash_slot`]). On a cluster, one pipeline per
+    /// master (at most [`PIPELINE_MAX`] commands each), every master at once (see the module
+    /// docs); on standalone Redis, pipelines of [`PIPELINE_MAX`]. Returns each command's reply,
+    /// index for index (an error reply as `Err`). The commands of a pipeline that fails as a
+    /// whole are made again with `make` and sent one by one through the cluster client, after
+    /// a slot map refresh; on standalone Redis its error is every command's.
     ///
     /// `ack_point`: a crash point (`crate::failpoint`) passed once per command as soon as the
     /// pipeline holding it is acknowledged, while other masters' pipelines may still be open.
-    pub async fn run_batch(&self, cmds: Vec<(u16, redis::Cmd)>, ack_point: Option<&'static str>) -> Vec<RedisResult<Value>> {
-        let n = cmds.len();
+    pub async fn run_batch(
+        &self,
+        n: usize,
+        make: &(dyn Fn(usize) -> (u16, redis::Cmd) + Sync),
+        ack_point: Option<&'static str>,
+    ) -> Vec<RedisResult<Value>> {
         let mut out: Vec<Option<RedisResult<Value>>> = (0..n).map(|_| None).collect();
         // (indexes, slot of the first, pipeline)
         let mut pipelines: Vec<(Vec<usize>, u16, redis::Pipeline)> = Vec::new();
-        match self {
-            RedisConn::Standalone(_) => {
-                for (i, (slot, cmd)) in cmds.into_iter().enumerate() {
-                    if pipelines.last().is_none_or(|p| p.0.len() >= PIPELINE_MAX) {
-                        pipelines.push((Vec::new(), slot, redis::pipe()));
+        {
+            let map = match self {
+                RedisConn::Standalone(_) => None,
+                RedisConn::Cluster(_, map) => Some(map.read().expect("slot map lock")),
+            };
+            // The open pipeline of each master (one master for standalone Redis).
+            let masters = map.as_ref().map_or(1, |m| m.masters().len().max(1));
+            let mut open: Vec<Option<usize>> = vec![None; masters];
+            for i in 0..n {
+                let (slot, cmd) = make(i);
+                let m = map.as_ref().map_or(0, |m| m.master_of_slot(slot));
+                let at = match open[m] {
+                    Some(p) if pipelines[p].0.len() < PIPELINE_MAX => p,
+                    _ => {
+                        pipelines.push((Vec::with_capacity(PIPELINE_MAX.min(n)), slot, redis::pipe()));
+                        open[m] = Some(pipelines.len() - 1);
+                        pipelines.len() - 1
                     }
-                    let p = pipelines.last_mut().expect("pushed");
-                    p.0.push(i);
-                    p.2.add_command(cmd);
-                }
-            }
-            RedisConn::Cluster(_, map) => {
-                let map = map.read().expect("slot map lock");
-                // The open pipeline of each master.
-                let mut open: Vec<Option<usize>> = vec![None; map.masters().len().max(1)];
-                for (i, (slot, cmd)) in cmds.into_iter().enumerate() {
-                    let m = map.master_of_slot(slot);
-                    let at = match open[m] {
-                        Some(p) if pipelines[p].0.len() < PIPELINE_MAX => p,
-                        _ => {
-                            pipelines.push((Vec::new(), slot, redis::pipe()));
-                            open[m] = Some(pipelines.len() - 1);
-                            pipelines.len() - 1
-                        }
-                    };
-                    pipelines[at].0.push(i);
-                    pipelines[at].2.add_command(cmd);
-                }
+                };
+                pipelines[at].0.push(i);
+                pipelines[at].2.add_command(cmd);
             }
         }
         let mut pending: FuturesUnordered<_> = pipelines.into_iter().map(|(idx, slot, pipe)| self.run_pipeline(idx, slot, pipe)).collect();
-        let mut failed: Vec<(Vec<usize>, redis::Pipeline, RedisError)> = Vec::new();
-        while let Some((idx, pipe, result)) = pending.next().await {
+        let mut failed: Vec<(Vec<usize>, RedisError)> = Vec::new();
+        while let Some((idx, result)) = pending.next().await {
             match result {
                 Ok(values) if values.len() == idx.len() => {
                     for (i, v) in idx.into_iter().zip(values) {
@@ -320,35 +317,29 @@ impl RedisConn {
                 }
                 Ok(values) => {
                     let e = RedisError::from((redis::ErrorKind::Io, "pipeline reply count", format!("{} for {}", values.len(), idx.len())));
-                    failed.push((idx, pipe, e))
+                    failed.push((idx, e))
                 }
-                Err(e) => failed.push((idx, pipe, e)),
+                Err(e) => failed.push((idx, e)),
             }
         }
         drop(pending);
         if !failed.is_empty() {
-            self.resend_one_by_one(failed, ack_point, &mut out).await;
+            self.resend_one_by_one(failed, make, ack_point, &mut out).await;
         }
         out.into_iter().map(|r| r.unwrap_or_else(|| Err(RedisError::from((redis::ErrorKind::Io, "no reply"))))).collect()
     }
 
     /// One pipeline, to the master of `slot` (the slot of its first command's key).
-    async fn run_pipeline(
-        &self,
-        idx: Vec<usize>,
-        slot: u16,
-        pipe: redis::Pipeline,
-    ) -> (Vec<usize>, redis::Pipeline, RedisResult<Vec<Value>>) {
+    async fn run_pipeline(&self, idx: Vec<usize>, slot: u16, pipe: redis::Pipeline) -> (Vec<usize>, RedisResult<Vec<Value>>) {
         let n = idx.len();
         let r = match self {
             RedisConn::Standalone(c) => c.clone().req_packed_commands(&pipe, 0, n).await,
             RedisConn::Cluster(c, _) => {
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-                // route_pipeline takes the pipeline by value; it is kept for a resend.
-                c.clone().route_pipeline(pipe.clone(), 0, n, route).await
+                c.clone().route_pipeline(pipe, 0, n, route).await
             }
         };
-        (idx, pipe, r)
+        (idx, r)
     }
 
     /// The commands of failed pipelines, again: refresh the slot map (cluster) and send each on
@@ -356,26 +347,27 @@ impl RedisConn {
     /// the pipeline's error is each command's.
     async fn resend_one_by_one(
         &self,
-        failed: Vec<(Vec<usize>, redis::Pipeline, RedisError)>,
+        failed: Vec<(Vec<usize>, RedisError)>,
+        make: &(dyn Fn(usize) -> (u16, redis::Cmd) + Sync),
         ack_point: Option<&'static str>,
         out: &mut [Option<RedisResult<Value>>],
     ) {
         let RedisConn::Cluster(c, _) = self else {
-            for (idx, _, e) in failed {
+            for (idx, e) in failed {
                 for i in idx {
                     out[i] = Some(Err(e.clone()));
                 }
             }
             return;
         };
-        if let Some((_, _, e)) = failed.first() {
+        if let Some((_, e)) = failed.first() {
             tracing::debug!(error = %e, pipelines = failed.len(), "Redis pipeline failed; refreshing the slot map and resending its commands one by one");
         }
         let _ = self.refresh_slots().await;
         let mut results: Vec<(usize, RedisResult<Value>)> = Vec::new();
         let mut in_flight = FuturesUnordered::new();
-        for (i, cmd) in failed.iter().flat_map(|(idx, pipe, _)| idx.iter().copied().zip(pipe.cmd_iter())) {
-            let mut c = c.clone();
+        for i in failed.iter().flat_map(|(idx, _)| idx.iter().copied()) {
+            let (mut c, cmd) = (c.clone(), make(i).1);
             in_flight.push(async move { (i, cmd.query_async::<Value>(&mut c).await) });
             if in_flight.len() >= 64 {
                 results.extend(in_flight.next().await);

@@ -125,7 +125,7 @@ impl RedisConn {
             cmd.arg(vkey);
             (slot, cmd)
         };
-        let versions = self.run_batch((0..changes.len()).map(read).collect(), None).await;
+        let versions = self.run_batch(changes.len(), &read, None).await;
         let mut todo: Vec<usize> = Vec::with_capacity(changes.len());
         for (i, r) in versions.into_iter().enumerate() {
             let vkey = || version_key(&changes[i].key);
@@ -194,10 +194,10 @@ impl RedisConn {
     async fn script_batch(
         &self,
         n: usize,
-        make: impl Fn(usize) -> (u16, redis::Cmd),
+        make: impl Fn(usize) -> (u16, redis::Cmd) + Sync,
         ack_point: Option<&'static str>,
     ) -> Vec<RedisResult<Value>> {
-        let mut out = self.run_batch((0..n).map(&make).collect(), ack_point).await;
+        let mut out = self.run_batch(n, &make, ack_point).await;
         let again: Vec<usize> = (0..n)
             .filter(|&i| matches!(&out[i], Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)))
             .collect();
@@ -207,7 +207,8 @@ impl RedisConn {
                 tracing::warn!(error = %e, "loading the scripts again failed");
                 return out;
             }
-            let replies = self.run_batch(again.iter().map(|&i| make(i)).collect(), ack_point).await;
+            let retry = |k: usize| make(again[k]);
+            let replies = self.run_batch(again.len(), &retry, ack_point).await;
             for (i, r) in again.into_iter().zip(replies) {
                 out[i] = r;
             }
