@@ -419,6 +419,7 @@
 mod builder;
 mod consumer;
 mod error;
+mod fail_safe;
 mod front;
 mod hot;
 mod listener;
