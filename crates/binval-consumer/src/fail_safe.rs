@@ -85,7 +85,7 @@ impl Pending {
     /// was reset and says nothing any more).
     pub(crate) fn take_reached(&mut self, next: &BTreeMap<i32, i64>) -> Option<Observation> {
         let newest = self.queue.iter().rposition(|o| o.reached_by(next))?;
-        self.queue.drain(..=newest).last()
+        self.queue.drain(..=newest).next_back()
     }
 
     /// When the oldest observation still waiting was taken.
@@ -349,6 +349,70 @@ mod tests {
         assert_eq!(p.take_reached(&next(&[(0, 20)])), None, "partition 1 read nothing");
         assert_eq!(p.take_reached(&next(&[(0, 25), (1, 9)])).map(|o| o.at), Some(t3));
         assert_eq!(p.oldest_at(), None);
+    }
+
+    fn shared(bound: Duration) -> Shared {
+        use crate::state::{Bounds, JitteredTtl, LimitSettings, SharedSettings};
+        Shared::new(SharedSettings {
+            bounds: Bounds { max_entries: 10, max_bytes: None },
+            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
+            refresh_ahead: None,
+            guard_entries: 10,
+            guard_ttl: Duration::from_secs(30),
+            notice_capacity: 1,
+            limits: LimitSettings {
+                per_instance: None,
+                per_key: None,
+                stale_ttl: Duration::from_secs(1),
+                stale_entries: 1,
+                key_limiter_entries: 1,
+            },
+            hot: None,
+            max_staleness: Some(bound),
+        })
+    }
+
+    /// The bound's transitions: stop past the bound (counted once), stay stopped until the lag
+    /// is under half of it, then resume; a lost stream stops at once and resumes only after a
+    /// confirmation taken after the loss; after the end nothing resumes.
+    #[test]
+    fn the_bound_stops_and_resumes_local_serving() {
+        let s = shared(Duration::from_secs(1));
+        let fs = &s.fail_safe;
+        // In the past, so that the made-up instants below are too (the loss is stamped "now").
+        let t0 = Instant::now().checked_sub(Duration::from_secs(10)).expect("monotonic clock past 10 s");
+        fs.start(t0);
+        fs.evaluate(&s, t0 + Duration::from_millis(900), "t");
+        assert!(s.is_serving_local());
+        fs.evaluate(&s, t0 + Duration::from_millis(1100), "t");
+        assert!(!s.is_serving_local(), "lag 1.1 s > bound 1 s");
+        fs.evaluate(&s, t0 + Duration::from_millis(1200), "t");
+        assert_eq!(s.counters.snapshot().fail_safe_engaged, 1, "counted once");
+        fs.confirmed(t0 + Duration::from_millis(1000));
+        fs.evaluate(&s, t0 + Duration::from_millis(1600), "t");
+        assert!(!s.is_serving_local(), "lag 0.6 s: not yet under half the bound");
+        fs.evaluate(&s, t0 + Duration::from_millis(1400), "t");
+        assert!(s.is_serving_local(), "lag 0.4 s: resumed");
+        fs.confirmed(t0 + Duration::from_millis(500));
+        assert_eq!(fs.lag(t0 + Duration::from_millis(1400)), Duration::from_millis(400), "an older confirmation changes nothing");
+
+        let e = KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::AllBrokersDown);
+        let before = Instant::now();
+        fs.confirmed(before);
+        fs.lost(&s, &e, "t");
+        assert!(!s.is_serving_local(), "lost: stopped at once");
+        fs.evaluate(&s, before + Duration::from_millis(10), "t");
+        assert!(!s.is_serving_local(), "a confirmation from before the loss does not resume");
+        let after = Instant::now();
+        fs.confirmed(after);
+        fs.evaluate(&s, after + Duration::from_millis(10), "t");
+        assert!(s.is_serving_local(), "confirmed after the loss: resumed");
+        assert_eq!(s.counters.snapshot().fail_safe_engaged, 2);
+
+        fs.end(&s);
+        fs.confirmed(Instant::now());
+        fs.evaluate(&s, Instant::now(), "t");
+        assert!(!s.is_serving_local(), "after the end: never again");
     }
 
     /// The queue is bounded; the oldest goes first.

@@ -40,6 +40,9 @@ use crate::state::Shared;
 /// the fail safe and the stop flag.
 const POLL: Duration = Duration::from_millis(100);
 
+/// The listener's default `fetch.wait.max.ms` (see [`create_consumer`]).
+pub(crate) const DEFAULT_FETCH_WAIT_MS: &str = "10";
+
 #[derive(Debug, Clone)]
 pub(crate) struct ListenerSettings {
     pub brokers: String,
@@ -64,7 +67,16 @@ pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, Cons
         // or the broker lost its log). Re-reading events is harmless (the evict rule is
         // idempotent), skipping them is not.
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // How long the broker may hold a fetch that finds nothing new. Kafka answers a fetch
+        // as soon as `fetch.min.bytes` (1) is there, so on Kafka this only sets how often an
+        // idle listener asks again; tansu (the test and demo broker) holds every fetch for
+        // the whole wait, even with data, so there it is the floor of the eviction latency:
+        // librdkafka's 500 ms default gave p50 ~380 ms / p99 ~500 ms publish -> applied, 10 ms
+        // gives ~10-20 ms / ~17-76 ms at 20-1000 events/s on a fresh topic (docs/benchmarks.md,
+        // "Kafka leg under load"). See
+        // `ConsumerBuilder::kafka_property` for what to set on a large Kafka cluster.
+        .set("fetch.wait.max.ms", DEFAULT_FETCH_WAIT_MS);
     for (k, v) in &s.properties {
         cfg.set(k, v);
     }

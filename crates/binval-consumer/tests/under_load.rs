@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use binval_consumer::Consumer;
 use common::*;
 
-/// Samples taken while events flow, 50 ms apart (3 s: three bounds of 1 s).
-const SAMPLES: u32 = 60;
+/// Samples taken while events flow, 50 ms apart: 5 s, longer than the four bounds of 1 s after
+/// which the old fail safe rebuilt its consumer.
+const SAMPLES: u32 = 100;
 const BOUND: Duration = Duration::from_secs(1);
 
 fn keys(prefix: &str, n: usize) -> Vec<String> {
