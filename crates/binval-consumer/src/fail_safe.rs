@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use crate::listener::{self, ListenerSettings};
@@ -297,9 +298,33 @@ fn checker_loop(
     }
 }
 
-/// The high watermark of every partition in `known`, each request bounded by `timeout`.
+/// The high watermark of every partition in `known`, in one ListOffsets request per broker
+/// (timestamp "latest", -1, through `offsets_for_times`; the per-partition
+/// `fetch_watermarks` costs two requests per partition, one after the other), bounded by
+/// `timeout`. A partition answered with an error fails the whole observation.
 fn highs(client: &BaseConsumer, s: &ListenerSettings, known: &BTreeSet<i32>, timeout: Duration) -> Result<BTreeMap<i32, i64>, KafkaError> {
-    known.iter().map(|&p| client.fetch_watermarks(&s.topic, p, timeout).map(|(_low, high)| (p, high))).collect()
+    let mut tpl = TopicPartitionList::new();
+    for &p in known {
+        tpl.add_partition_offset(&s.topic, p, Offset::End)?;
+    }
+    let answer = client.offsets_for_times(tpl, timeout)?;
+    let highs: BTreeMap<i32, i64> = answer
+        .elements()
+        .iter()
+        .map(|e| {
+            e.error()?;
+            match e.offset() {
+                Offset::Offset(high) => Ok((e.partition(), high)),
+                // No offset for "latest" (should not happen): no observation this time.
+                _ => Err(KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::OffsetNotAvailable)),
+            }
+        })
+        .collect::<Result<_, KafkaError>>()?;
+    // An observation must cover every partition, or it could confirm one that was not read.
+    if highs.len() != known.len() || !known.iter().all(|p| highs.contains_key(p)) {
+        return Err(KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::OffsetNotAvailable));
+    }
+    Ok(highs)
 }
 
 /// Partitions of the topic not in `known`, with their low watermark.
