@@ -7,7 +7,11 @@
 //!   through the consumer under the logical key `{BINVAL_KEY_PREFIX}{id}`. 404 when the row
 //!   does not exist, 503 when the miss rate limit refused the read (`Overloaded`), 502 for a
 //!   Redis / decode error, 504 for a timeout.
-//! - `GET /stats` — the consumer's counters, whether it serves locally, local entries/bytes.
+//! - `GET /stats` — whether it serves locally now and the fail safe's lag (`stream_lag_ms`,
+//!   against `max_staleness_ms`), the share of reads served locally, the eviction lag of the
+//!   events of the last 10 s (publish -> applied here, p50 / p99 / max), the consumer's
+//!   counters (`bypass_reads`, `fail_safe_engaged`, `listener_rebuilds`, `stream_gaps`, …) and
+//!   local entries/bytes.
 //! - `GET /hot` — this instance's top hot keys with their read rates.
 //! - `GET /metrics` — every `binval_consumer_*` metric, Prometheus text format.
 //!
@@ -26,12 +30,16 @@
 //! | `BINVAL_TTL_MS` | `60000` | safety-net TTL of a local entry |
 //! | `BINVAL_MAX_BYTES` | `67108864` | local cache bound, bytes (plus 100 000 entries) |
 //! | `BINVAL_MAX_FILLS_PER_KEY_PER_SEC` | `0` (off) | per-key miss rate limit |
+//! | `BINVAL_MAX_STALENESS_MS` | `2000` | the fail safe's lag bound (`0` = off) |
+//! | `BINVAL_FETCH_WAIT_MS` | crate default (10) | librdkafka `fetch.wait.max.ms` of the listener (on a large Kafka cluster: 100-500) |
 //! | `LISTEN_ADDR` | `127.0.0.1:8080` | HTTP listen address |
 //!
 //! Run: `BINVAL_REDIS_URLS=redis://127.0.0.1:6379 BINVAL_BROKERS=127.0.0.1:9092 cargo run -p
 //! binval-consumer --example product_api`, then `curl localhost:8080/products/6666`.
 
-use std::time::Duration;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use axum::extract::{Path, State};
@@ -47,6 +55,38 @@ struct App {
     consumer: Consumer,
     key_prefix: String,
     metrics: PrometheusHandle,
+    max_staleness: Option<Duration>,
+    lags: Arc<Mutex<RecentLags>>,
+}
+
+/// Publish -> applied lag (ms) of the events applied in the last [`RecentLags::WINDOW`],
+/// from the consumer's eviction notices.
+#[derive(Default)]
+struct RecentLags {
+    samples: VecDeque<(Instant, u64)>,
+}
+
+impl RecentLags {
+    const WINDOW: Duration = Duration::from_secs(10);
+    const MAX_SAMPLES: usize = 100_000;
+
+    fn push(&mut self, now: Instant, lag_ms: u64) {
+        if self.samples.len() == Self::MAX_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((now, lag_ms));
+    }
+
+    /// `{events, p50_ms, p99_ms, max_ms}` over the window.
+    fn summary(&mut self, now: Instant) -> serde_json::Value {
+        while self.samples.front().is_some_and(|(at, _)| now.duration_since(*at) > Self::WINDOW) {
+            self.samples.pop_front();
+        }
+        let mut v: Vec<u64> = self.samples.iter().map(|(_, l)| *l).collect();
+        v.sort_unstable();
+        let pct = |p: f64| v.get(((v.len().saturating_sub(1)) as f64 * p).round() as usize).copied();
+        serde_json::json!({ "window_s": Self::WINDOW.as_secs(), "events": v.len(), "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": v.last() })
+    }
 }
 
 fn env(name: &str) -> Option<String> {
@@ -72,7 +112,7 @@ fn cache_mode(spec: &str) -> anyhow::Result<CacheMode> {
     })
 }
 
-async fn build_consumer(key_prefix: &str) -> anyhow::Result<Consumer> {
+async fn build_consumer(key_prefix: &str, max_staleness: Option<Duration>) -> anyhow::Result<Consumer> {
     let urls: Vec<String> = env("BINVAL_REDIS_URLS")
         .context("BINVAL_REDIS_URLS is required (comma-separated Redis URLs)")?
         .split(',')
@@ -89,7 +129,11 @@ async fn build_consumer(key_prefix: &str) -> anyhow::Result<Consumer> {
         .ttl_jitter(0.1)
         .max_entries(100_000)
         .max_bytes(env_or("BINVAL_MAX_BYTES", 64u64 << 20)?)
-        .max_fills_per_key_per_sec(env_or("BINVAL_MAX_FILLS_PER_KEY_PER_SEC", 0u32)?);
+        .max_fills_per_key_per_sec(env_or("BINVAL_MAX_FILLS_PER_KEY_PER_SEC", 0u32)?)
+        .max_staleness(max_staleness);
+    if let Some(wait) = env("BINVAL_FETCH_WAIT_MS") {
+        b = b.kafka_property("fetch.wait.max.ms", wait.trim());
+    }
     b = if urls.len() > 1 || env_or("BINVAL_REDIS_CLUSTER", false)? { b.redis_cluster(urls) } else { b.redis_standalone(&urls[0]) };
     Ok(b.build().await?)
 }
@@ -111,12 +155,19 @@ async fn product(State(app): State<App>, Path(id): Path<u64>) -> Response {
     }
 }
 
-/// `GET /stats`: counters and cache state.
+/// `GET /stats`: whether it serves locally and why (the fail safe's lag), how the reads went,
+/// the recent eviction lag, counters and cache state.
 async fn stats(State(app): State<App>) -> Json<serde_json::Value> {
     let c = &app.consumer;
+    let s = c.stats();
+    let reads = s.hits + s.misses + s.bypass_reads + s.uncached_reads;
     Json(serde_json::json!({
-        "stats": c.stats(),
         "serving_local": c.is_serving_local(),
+        "stream_lag_ms": c.stream_lag().as_millis() as u64,
+        "max_staleness_ms": app.max_staleness.map(|d| d.as_millis() as u64),
+        "served_locally_share": if reads == 0 { None } else { Some(s.hits as f64 / reads as f64) },
+        "eviction_lag_publish_to_applied": app.lags.lock().unwrap_or_else(|p| p.into_inner()).summary(Instant::now()),
+        "stats": s,
         "local_entries": c.local_entries(),
         "local_bytes": c.local_weighted_size(),
         "topic": c.topic(),
@@ -141,9 +192,28 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let prometheus = PrometheusBuilder::new().install_recorder().context("install the Prometheus recorder")?;
     let key_prefix = env("BINVAL_KEY_PREFIX").unwrap_or_else(|| "item:detail:".into());
-    let consumer = build_consumer(&key_prefix).await?;
+    let max_staleness = match env_or("BINVAL_MAX_STALENESS_MS", 2000u64)? {
+        0 => None,
+        ms => Some(Duration::from_millis(ms)),
+    };
+    let consumer = build_consumer(&key_prefix, max_staleness).await?;
     let listen = env("LISTEN_ADDR").unwrap_or_else(|| "127.0.0.1:8080".into());
-    let app = App { consumer: consumer.clone(), key_prefix, metrics: prometheus };
+    let lags = Arc::new(Mutex::new(RecentLags::default()));
+    // The eviction lag of every applied event, for /stats.
+    let mut notices = consumer.subscribe_evictions();
+    let lags2 = lags.clone();
+    tokio::spawn(async move {
+        loop {
+            match notices.recv().await {
+                Ok(n) => {
+                    lags2.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now(), n.received_at_ms.saturating_sub(n.publish_time_ms))
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
+    let app = App { consumer: consumer.clone(), key_prefix, metrics: prometheus, max_staleness, lags };
     let router = Router::new()
         .route("/products/{id}", get(product))
         .route("/stats", get(stats))

@@ -290,10 +290,21 @@ impl Consumer {
     }
 
     /// `true` while `get` may serve from and fill into the local cache; `false` while the
-    /// fail-safe bypasses it (invalidation stream lost, listener ended, or after
-    /// [`Consumer::shutdown`]). See the crate docs, "Fail safe".
+    /// fail-safe bypasses it (invalidation stream lost, its lag past
+    /// [`ConsumerBuilder::max_staleness`], listener ended, or after [`Consumer::shutdown`]).
+    /// See the crate docs, "Fail safe".
     pub fn is_serving_local(&self) -> bool {
         self.inner.shared.is_serving_local()
+    }
+
+    /// How far behind the invalidation stream this instance is confirmed to be: the time since
+    /// the newest high-watermark observation its listener has read up to (every event the
+    /// broker acknowledged before then has been applied). Under a flowing, healthy stream it
+    /// stays around a quarter of [`ConsumerBuilder::max_staleness`] plus one fetch; the fail
+    /// safe bypasses the local cache while it exceeds the bound. Also exported as the gauge
+    /// `binval_consumer_stream_lag_ms`. See the crate docs, "Fail safe".
+    pub fn stream_lag(&self) -> Duration {
+        self.inner.shared.fail_safe.lag(Instant::now())
     }
 
     /// The listener's Kafka `group.id` (unique per instance; no group join, no commits).
@@ -312,7 +323,8 @@ impl Consumer {
     pub async fn shutdown(&self) {
         let inner = &*self.inner;
         inner.stop.store(true, SeqCst);
-        inner.shared.stop_serving_local();
+        // For good: the lag checker may still be running and must not resume local serving.
+        inner.shared.fail_safe.end(&inner.shared);
         let done = inner.done.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(done) = done {
             if tokio::time::timeout(inner.shutdown_timeout, done).await.is_err() {

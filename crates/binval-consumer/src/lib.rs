@@ -32,7 +32,8 @@
 //!         let _ = key;                                 // e.g. SELECT from the primary
 //!         Ok::<Option<String>, String>(None)
 //!     })
-//!     .kafka_property("fetch.wait.max.ms", "5")        // passthrough librdkafka setting
+//!     .max_staleness(Some(Duration::from_secs(2)))     // fail safe: bypass past this lag
+//!     .kafka_property("fetch.wait.max.ms", "250")      // librdkafka passthrough (large Kafka cluster)
 //!     .build()
 //!     .await?;                                         // listener assigned at newest offsets
 //!
@@ -63,7 +64,8 @@
 //! read), `single_flight.rs` (one fill per key in flight), `read.rs` (the read-through fill:
 //! version token, replica, loader, caching), `state.rs` (what the read path and the listener
 //! share: local cache, fill-race guard, fail-safe flag), `listener.rs` (the invalidation
-//! listener thread), `front.rs`, `hot.rs`, and `builder/` (the options, grouped like these
+//! listener thread), `fail_safe.rs` (the lag checker thread and the fail safe's decision),
+//! `front.rs`, `hot.rs`, and `builder/` (the options, grouped like these
 //! sections).
 //!
 //! # Reading through a hot key
@@ -242,31 +244,56 @@
 //! event of every partition, so the listener `assign()`s all partitions itself, under a unique
 //! `group.id` per instance, and never commits offsets. It starts at the newest offsets (read
 //! explicitly as high watermarks, so nothing published after `build()` returns is skipped) —
-//! a new instance has an empty cache and nothing older to evict. Every 5 s it re-reads the
-//! metadata and assigns partitions added since, from their beginning.
+//! a new instance has an empty cache and nothing older to evict. Every 5 s the lag checker
+//! re-reads the metadata, and the listener assigns partitions added since from their low
+//! watermark (they are younger than the listener, so everything in them is new to it).
 //!
 //! ## Fail safe
 //!
 //! While the listener cannot see the stream, entries may go stale without an event to evict
-//! them. When librdkafka reports that all brokers are down (or a fatal error), or the listener
-//! thread ends for any reason other than [`Consumer::shutdown`], the consumer stops serving
-//! locally: [`Consumer::get`] reads Redis every time and caches nothing
-//! ([`Consumer::is_serving_local`] is `false`, metric `binval_consumer_serving_local` 0). When
-//! the stream is back (a message arrives, or the broker answers a metadata request) the listener
-//! clears the whole local cache and then serves locally again.
+//! them. So the consumer measures how far behind the stream it is, and stops serving locally
+//! when that lag exceeds [`ConsumerBuilder::max_staleness`] (default 2 s): [`Consumer::get`]
+//! then reads Redis every time and caches nothing ([`Consumer::is_serving_local`] is `false`,
+//! metric `binval_consumer_serving_local` 0, [`Stats::fail_safe_engaged`] counts the stops).
 //!
-//! A stream can also stall without any error: a broker that hangs, a network that drops
-//! packets without resetting connections, a listener that falls behind a burst. So the listener
-//! checks every half [`ConsumerBuilder::max_staleness`] (default 2 s) that it has read each
-//! partition up to the high watermark the broker reports *now*; when it could not confirm that
-//! for longer than the bound, it stops serving locally in the same way, and resumes (clearing
-//! the cache first) only after a check succeeds. So no local value older than the bound plus
-//! one check is served while the stream is stuck (invariant I5).
+//! **The lag.** A lag checker thread, with a librdkafka client of its own, asks the broker for
+//! every partition's high watermark every quarter of the bound. An observation taken at `t`
+//! says: every event acknowledged before `t` lies below these offsets. Once the listener's
+//! next offset of every partition is at or past them, the observation is *confirmed*: every
+//! event acknowledged before `t` has been applied. The lag ([`Consumer::stream_lag`], gauge
+//! `binval_consumer_stream_lag_ms`) is the time since the newest confirmed `t`. Several
+//! observations can wait at once, so a busy stream is confirmed continuously: its lag stays
+//! at about a quarter of the bound plus one fetch, whatever the event rate, and it never trips
+//! the bound. (The first version of the check required the position to *equal* the high
+//! watermark at the moment of the check, which a flowing stream rarely does: under a steady
+//! 200-300 events/s it bypassed the local cache in most samples, issue #15.)
+//!
+//! **What trips it.** A broker that hangs or a network that drops packets without resetting
+//! connections (no observation succeeds), a listener that falls behind (observations are not
+//! reached), a wedged connection of the listener's own consumer (observations succeed but are
+//! not reached). The listener applies the bound after every poll (at most 100 ms apart) and the
+//! checker after every observation. When the lag is back under half the bound, the listener
+//! clears the whole local cache and serves locally again. So a value served locally at time
+//! `now` has seen every event the broker acknowledged before `now - bound` (invariant I5); the
+//! time binval itself takes from commit to the broker's ack is not part of this bound.
+//!
+//! **Errors.** When librdkafka reports that all brokers are down (or a fatal error) the
+//! consumer stops serving locally at once, without waiting for the bound, and resumes only
+//! after an observation taken after the error is confirmed. When the listener thread ends for
+//! any reason (and after [`Consumer::shutdown`]) it never serves locally again.
+//!
+//! **A wedged consumer.** When the broker answers the checker with events the listener's
+//! consumer has not received, and the consumer received nothing at all for four bounds, its
+//! connections are presumed wedged: it is replaced by a new one, started at the last confirmed
+//! high watermarks (a few events are re-read; harmless, the evict rule is idempotent), and
+//! [`Stats::listener_rebuilds`] counts it. A busy stream or a frozen broker never causes one.
 //!
 //! A gap in a partition's offsets (events deleted by retention before they were read, a
-//! broker that lost its log) clears the local cache at once: an event that would have evicted
-//! an entry may be among the missing ones. There is no consumer group, so no rebalance can
-//! move partitions away from an instance.
+//! broker that lost its log) clears the local cache at once ([`Stats::stream_gaps`]): an event
+//! that would have evicted an entry may be among the missing ones. The listener starts a
+//! partition only at a high or low watermark (record batch boundaries), so a broker that, like
+//! tansu, answers a fetch from inside a record batch with the next batch cannot cause one.
+//! There is no consumer group, so no rebalance can move partitions away from an instance.
 //!
 //! A `truncate` event (TRUNCATE / DROP TABLE of a mapped table; its `key` is the key template)
 //! evicts every cached key with the template's literal prefix and an older version, and the
@@ -403,7 +430,11 @@
 //! | `binval_consumer_expirations_total` | counter | entries removed by their TTL |
 //! | `binval_consumer_bad_messages_total` | counter | topic messages skipped (not an event) |
 //! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`, binlog time, 1 s resolution) or publish (`from="publish"`) to its eviction here |
+//! | `binval_consumer_fail_safe_engaged_total` | counter | times the fail safe stopped local serving |
+//! | `binval_consumer_listener_rebuilds_total` | counter | librdkafka consumers replaced (connections presumed wedged) |
+//! | `binval_consumer_stream_gaps_total` | counter | jumps in a partition's offsets (each cleared the local cache) |
 //! | `binval_consumer_serving_local` | gauge | 1 while serving locally, 0 while bypassed |
+//! | `binval_consumer_stream_lag_ms` | gauge | the fail safe's lag: ms since the newest confirmed watermark observation |
 //! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
 //!
@@ -419,6 +450,7 @@
 mod builder;
 mod consumer;
 mod error;
+mod fail_safe;
 mod front;
 mod hot;
 mod listener;

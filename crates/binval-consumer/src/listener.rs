@@ -5,13 +5,21 @@
 //! one guard update and at most one eviction per distinct key). Readers never wait for the
 //! listener: the local cache is a concurrent map and no lock is held across a batch.
 //!
+//! A second thread, the lag checker (`fail_safe.rs`), observes the high watermarks and the
+//! metadata with its own client and sends them here; the listener confirms an observation once
+//! its positions reach it, which is what the fail safe measures the lag by. Nothing on this
+//! thread waits for the broker except `poll` (at most 100 ms), so the events flow on while a
+//! watermark or metadata request is slow, and the fail safe's bound is applied at least every
+//! 100 ms.
+//!
 //! Why a thread and a `BaseConsumer` rather than a tokio task and a `StreamConsumer`: all the
-//! work per event is synchronous (moka, a broadcast send), the metadata refresh is a blocking
-//! librdkafka call, and a thread can be abandoned if librdkafka's teardown hangs, without
-//! blocking an async runtime. Shutdown latency is bounded by the poll interval (100 ms).
+//! work per event is synchronous (moka, a broadcast send), and a thread can be abandoned if
+//! librdkafka's teardown hangs, without blocking an async runtime. Shutdown latency is bounded
+//! by the poll interval (100 ms).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,12 +32,18 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::error::ConsumerError;
+use crate::fail_safe::{self, FromChecker, Pending};
 use crate::state::Shared;
 
+/// The longest wait of one `poll` for the first message of a batch. A message that arrives
+/// during the wait is returned at once; this only bounds how often an idle listener looks at
+/// the fail safe and the stop flag.
 const POLL: Duration = Duration::from_millis(100);
-/// How often metadata is re-read while the stream is lost (to notice it is back).
-const LOST_REFRESH: Duration = Duration::from_secs(1);
 
+/// The listener's default `fetch.wait.max.ms` (see [`create_consumer`]).
+pub(crate) const DEFAULT_FETCH_WAIT_MS: &str = "10";
+
+#[derive(Debug, Clone)]
 pub(crate) struct ListenerSettings {
     pub brokers: String,
     pub topic: String,
@@ -53,7 +67,16 @@ pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, Cons
         // or the broker lost its log). Re-reading events is harmless (the evict rule is
         // idempotent), skipping them is not.
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // How long the broker may hold a fetch that finds nothing new. Kafka answers a fetch
+        // as soon as `fetch.min.bytes` (1) is there, so on Kafka this only sets how often an
+        // idle listener asks again; tansu (the test and demo broker) holds every fetch for
+        // the whole wait, even with data, so there it is the floor of the eviction latency:
+        // librdkafka's 500 ms default gave p50 ~380 ms / p99 ~500 ms publish -> applied, 10 ms
+        // gives ~10-20 ms / ~17-76 ms at 20-1000 events/s on a fresh topic (docs/benchmarks.md,
+        // "Kafka leg under load"). See
+        // `ConsumerBuilder::kafka_property` for what to set on a large Kafka cluster.
+        .set("fetch.wait.max.ms", DEFAULT_FETCH_WAIT_MS);
     for (k, v) in &s.properties {
         cfg.set(k, v);
     }
@@ -61,7 +84,7 @@ pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, Cons
 }
 
 /// Partition ids of `topic`, from fresh metadata.
-fn partitions(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
+pub(crate) fn partitions(consumer: &BaseConsumer, s: &ListenerSettings) -> Result<BTreeSet<i32>, ConsumerError> {
     let md = consumer
         .fetch_metadata(Some(&s.topic), s.request_timeout)
         .map_err(|e| ConsumerError::kafka(format!("fetch metadata of topic `{}`", s.topic), e))?;
@@ -110,24 +133,26 @@ pub(crate) fn assign_all_at_end(consumer: &BaseConsumer, s: &ListenerSettings) -
     Ok(starts)
 }
 
+/// What [`start_assigned`] returns: the consumer, the start offset per partition, when
+/// those offsets were read (the stream is confirmed up to then) and the settings.
+pub(crate) type Started = (BaseConsumer, BTreeMap<i32, i64>, Instant, ListenerSettings);
+
 /// Create the listener's librdkafka consumer and assign it every partition at its high
 /// watermark ([`assign_all_at_end`]), on a blocking thread: metadata, watermarks and assign
-/// are blocking librdkafka calls. Returns the consumer, the start offset per partition and the
-/// settings (moved in and out of the blocking task).
-pub(crate) async fn start_assigned(
-    settings: ListenerSettings,
-) -> Result<(BaseConsumer, BTreeMap<i32, i64>, ListenerSettings), ConsumerError> {
+/// are blocking librdkafka calls. The settings are moved in and out of the blocking task.
+pub(crate) async fn start_assigned(settings: ListenerSettings) -> Result<Started, ConsumerError> {
     tokio::task::spawn_blocking(move || {
         let consumer = create_consumer(&settings)?;
+        let at = Instant::now();
         let known = assign_all_at_end(&consumer, &settings)?;
-        Ok::<_, ConsumerError>((consumer, known, settings))
+        Ok::<_, ConsumerError>((consumer, known, at, settings))
     })
     .await
     .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("startup task failed: {e}") })?
 }
 
-/// Sets the fail-safe when the listener thread ends for any reason other than shutdown
-/// (including a panic), and signals whoever waits in `shutdown()`.
+/// Ends the fail safe for good when the listener thread ends for any reason (including a
+/// panic; on shutdown too), and signals whoever waits in `shutdown()`.
 struct ExitGuard {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
@@ -140,27 +165,34 @@ impl Drop for ExitGuard {
             warn!("binval-consumer invalidation listener ended unexpectedly; local cache bypassed from now on");
         }
         // Without a listener nothing evicts: never serve locally again.
-        self.shared.stop_serving_local();
+        self.shared.fail_safe.end(&self.shared);
         if let Some(d) = self.done.take() {
             let _ = d.send(());
         }
     }
 }
 
-/// Start the listener thread. `done` fires after the librdkafka consumer was dropped.
+/// Start the listener thread and its lag checker ([`fail_safe::spawn_checker`]). `confirmed_at`
+/// is when the start offsets `known` were read (the stream is confirmed up to then). `done`
+/// fires after the librdkafka consumer was dropped.
 pub(crate) fn spawn(
     consumer: BaseConsumer,
     known: BTreeMap<i32, i64>,
+    confirmed_at: Instant,
     settings: ListenerSettings,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
 ) -> Result<oneshot::Receiver<()>, ConsumerError> {
+    shared.fail_safe.start(confirmed_at);
+    let (to_listener, from_checker) = mpsc::channel();
+    fail_safe::spawn_checker(settings.clone(), known.keys().copied().collect(), shared.clone(), stop.clone(), to_listener)
+        .map_err(|e| ConsumerError::Config { field: "listener", reason: format!("cannot start the lag checker thread: {e}") })?;
     let (tx, rx) = oneshot::channel();
     std::thread::Builder::new()
         .name("binval-inval".into())
         .spawn(move || {
             let guard = ExitGuard { shared: shared.clone(), stop: stop.clone(), done: Some(tx) };
-            let consumer = run(consumer, known, &settings, &shared, &stop);
+            let consumer = run(consumer, known, from_checker, &settings, &shared, &stop);
             // librdkafka teardown (rd_kafka_consumer_close + destroy) happens here and can
             // hang; shutdown() only waits a bounded time for `done`.
             drop(consumer);
@@ -173,77 +205,95 @@ pub(crate) fn spawn(
 /// At most this many messages are taken from librdkafka's queue and applied as one batch.
 const MAX_BATCH: usize = 1024;
 
-/// Behind (or unconfirmed) this many bounds in a row: the consumer's broker connections are
+/// The broker has answered the checker with events the listener's consumer did not receive,
+/// and the consumer received nothing at all, for this many bounds: its broker connections are
 /// presumed wedged (a half-open TCP connection, a broker that stopped answering on it) and the
-/// librdkafka consumer is rebuilt at the positions read so far.
+/// librdkafka consumer is rebuilt. A busy stream (messages arriving) or a broker that answers
+/// nobody (frozen: rebuilding would not help) never triggers it.
 const REBUILD_AFTER_BOUNDS: u32 = 4;
 
 /// The listener thread's body: until `stop`, take a batch of messages and apply it, react to
-/// a Kafka error, run the lag check of the fail safe, refresh the metadata and publish the
+/// a Kafka error, take the checker's observations and new partitions, confirm what the
+/// positions reached, apply the fail safe's bound, rebuild a wedged consumer and publish the
 /// hot-key gauges, each when due. Returns the librdkafka consumer, so that its (possibly
 /// hanging) teardown happens in the caller.
-fn run(consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &ListenerSettings, shared: &Shared, stop: &AtomicBool) -> BaseConsumer {
-    let mut l = Listener::new(consumer, starts, s, shared);
-    info!(topic = %s.topic, partitions = l.known.len(), group_id = %s.group_id, "invalidation listener started");
+fn run(
+    consumer: BaseConsumer,
+    starts: BTreeMap<i32, i64>,
+    from_checker: Receiver<FromChecker>,
+    s: &ListenerSettings,
+    shared: &Shared,
+    stop: &AtomicBool,
+) -> BaseConsumer {
+    let mut l = Listener::new(consumer, starts, from_checker, s, shared);
+    info!(topic = %s.topic, partitions = l.next_offset.len(), group_id = %s.group_id, "invalidation listener started");
     while !stop.load(SeqCst) {
         let (received, error) = l.poll_batch();
         if received > 0 {
-            l.on_messages();
+            l.last_message = Instant::now();
+        }
+        if !l.batch.is_empty() {
+            shared.apply_batch(&l.batch);
+            l.batch.clear();
         }
         if let Some(e) = error {
             l.on_error(&e);
         }
-        l.check_lag_if_due();
-        l.refresh_if_due();
+        l.take_from_checker();
+        l.confirm();
+        shared.fail_safe.evaluate(shared, Instant::now(), &s.topic);
+        l.rebuild_if_wedged();
         l.publish_hot_keys_if_due();
     }
     info!(topic = %s.topic, "invalidation listener stopping");
     l.consumer
 }
 
-/// The state of the listener loop ([`run`]).
-///
-/// Two flags drive the fail safe, and the local cache is served only when both are clear:
-/// `lost` (librdkafka reported the stream lost; cleared by a message or a metadata answer) and
-/// `behind` (the lag check could not confirm reading up to the high watermarks within
-/// `max_staleness`; cleared only by a successful check). Either one set stops serving locally;
-/// clearing resumes it, which clears the local cache first.
+/// The state of the listener loop ([`run`]). The fail safe's decision lives in
+/// [`crate::fail_safe::FailSafe`]; the listener feeds it confirmations (watermark observations
+/// its positions reached) and lost-stream errors.
 struct Listener<'a> {
     s: &'a ListenerSettings,
     shared: &'a Shared,
     consumer: BaseConsumer,
-    /// A second client only for the lag check: its watermark requests must not queue behind
-    /// the main consumer's long-polling fetches on the same connection.
-    checker: Option<BaseConsumer>,
-    /// Partitions assigned so far.
-    known: BTreeSet<i32>,
-    /// Next offset to read per partition (for the lag check and gap detection).
+    from_checker: Receiver<FromChecker>,
+    checker_gone: bool,
+    /// Next offset to read per assigned partition (what observations are compared with, and
+    /// gap detection).
     next_offset: BTreeMap<i32, i64>,
-    lost: bool,
-    behind: bool,
-    last_caught_up: Instant,
-    next_check: Instant,
-    next_refresh: Instant,
+    /// Where a rebuilt consumer starts each partition: the high watermark of the newest
+    /// confirmed observation (at first the start offset). It is at or before `next_offset`,
+    /// so a rebuild re-reads a few events (harmless: the evict rule is idempotent) rather than
+    /// starting inside a record batch; see [`Listener::rebuild_if_wedged`].
+    restart_at: BTreeMap<i32, i64>,
+    /// Observations the positions have not reached yet.
+    pending: Pending,
+    /// New partitions whose assignment failed; retried every loop.
+    unassigned: Vec<(i32, i64)>,
+    last_message: Instant,
     next_hot: Instant,
     batch: Vec<InvalidationEvent>,
 }
 
 impl<'a> Listener<'a> {
-    fn new(consumer: BaseConsumer, starts: BTreeMap<i32, i64>, s: &'a ListenerSettings, shared: &'a Shared) -> Self {
-        let known: BTreeSet<i32> = starts.keys().copied().collect();
-        let checker = s.max_staleness.and_then(|_| create_consumer(s).map_err(|e| warn!(error = %e, "lag checker not started")).ok());
+    fn new(
+        consumer: BaseConsumer,
+        starts: BTreeMap<i32, i64>,
+        from_checker: Receiver<FromChecker>,
+        s: &'a ListenerSettings,
+        shared: &'a Shared,
+    ) -> Self {
         Listener {
             s,
             shared,
             consumer,
-            checker,
-            known,
+            from_checker,
+            checker_gone: false,
+            restart_at: starts.clone(),
             next_offset: starts,
-            lost: false,
-            behind: false,
-            last_caught_up: Instant::now(),
-            next_check: Instant::now() + s.max_staleness.map(|b| b / 2).unwrap_or(Duration::MAX / 4),
-            next_refresh: Instant::now() + s.metadata_refresh,
+            pending: Pending::default(),
+            unassigned: Vec::new(),
+            last_message: Instant::now(),
             next_hot: Instant::now(),
             batch: Vec::with_capacity(MAX_BATCH),
         }
@@ -264,16 +314,23 @@ impl<'a> Listener<'a> {
                     wait = Duration::ZERO;
                     let n = self.next_offset.entry(msg.partition()).or_insert(msg.offset());
                     if msg.offset() > *n {
-                        // Offsets of this topic are contiguous (binval's producer is not
-                        // transactional, the topic is not compacted): a jump means events were
-                        // lost to retention or a broker log loss. Entries they would have
-                        // evicted may be cached: clear the local cache.
+                        // Offsets of this topic are contiguous (binval's producer is idempotent,
+                        // not transactional: no control records; the topic is not compacted),
+                        // and the listener only ever starts a partition at a high watermark or
+                        // its low watermark, which are record batch boundaries. So a jump means
+                        // events were lost to retention or a broker log loss, and entries they
+                        // would have evicted may be cached: clear the local cache.
+                        //
+                        // (Under load this warning used to fire after the false-alarm rebuilds
+                        // of issue #15: the rebuilt consumer started at the next offset, which
+                        // can lie inside a record batch, and tansu, unlike Kafka, answers a
+                        // fetch from inside a batch with the *next* batch: it serves batches by
+                        // base offset. The events in between were really never delivered. A
+                        // rebuild now starts at the last confirmed high watermark instead, and
+                        // a flowing stream no longer causes rebuilds.)
                         warn!(topic = %s.topic, partition = msg.partition(), expected = *n, got = msg.offset(), "gap in the invalidation stream; clearing the local cache");
-                        // (While not serving locally, the coming resume clears it anyway.)
-                        if shared.is_serving_local() {
-                            shared.stop_serving_local();
-                            shared.resume_serving_local();
-                        }
+                        shared.counters.stream_gap();
+                        shared.clear_local();
                     }
                     *n = (*n).max(msg.offset() + 1);
                     if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
@@ -286,105 +343,91 @@ impl<'a> Listener<'a> {
         (received, None)
     }
 
-    /// Messages arrived: the stream is back if it was lost (and the lag check is not failing);
-    /// apply the batch.
-    fn on_messages(&mut self) {
-        if self.lost && !self.behind {
-            self.lost = false;
-            if self.shared.resume_serving_local() {
-                info!(topic = %self.s.topic, "invalidation stream is back (message received); local cache cleared, serving locally again");
-            }
-        }
-        if !self.batch.is_empty() {
-            self.shared.apply_batch(&self.batch);
-            self.batch.clear();
-        }
-    }
-
     /// A Kafka error from `poll`: when events may be missed ([`stream_lost`]), stop serving
-    /// locally and look at the metadata soon (to notice the stream is back); else log it.
+    /// locally until the stream is confirmed again; else log it.
     fn on_error(&mut self, e: &KafkaError) {
-        let s = self.s;
         if stream_lost(e) {
-            if !self.lost {
-                warn!(topic = %s.topic, error = %e, "invalidation stream lost; bypassing the local cache until it is back");
-            }
-            self.lost = true;
-            self.shared.stop_serving_local();
-            self.next_refresh = self.next_refresh.min(Instant::now() + LOST_REFRESH);
+            self.shared.fail_safe.lost(self.shared, e, &self.s.topic);
         } else {
-            warn!(topic = %s.topic, error = %e, "invalidation listener: kafka error");
+            warn!(topic = %self.s.topic, error = %e, "invalidation listener: kafka error");
         }
     }
 
-    /// Every half `max_staleness`: confirm every partition was read up to the broker's high
-    /// watermark now (resuming if the check had been failing), then enforce the bound.
-    fn check_lag_if_due(&mut self) {
+    /// Take what the checker sent: observations to confirm, partitions to assign (from their
+    /// low watermark: they are younger than this listener, so everything in them is new to it).
+    fn take_from_checker(&mut self) {
+        loop {
+            match self.from_checker.try_recv() {
+                Ok(FromChecker::Observed(o)) => self.pending.push(o),
+                Ok(FromChecker::NewPartitions(new)) => {
+                    for &(p, low) in &new {
+                        self.next_offset.entry(p).or_insert(low);
+                        self.restart_at.entry(p).or_insert(low);
+                    }
+                    self.unassigned.extend(new);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    if !self.checker_gone {
+                        // No more observations: the lag grows, and the bound stops local serving.
+                        warn!(topic = %self.s.topic, "lag checker ended; the local cache will be bypassed after the bound");
+                        self.checker_gone = true;
+                    }
+                    break;
+                }
+            }
+        }
+        if self.unassigned.is_empty() {
+            return;
+        }
+        match assign_more(&self.consumer, self.s, &self.unassigned) {
+            Ok(()) => {
+                info!(topic = %self.s.topic, new_partitions = ?self.unassigned, total = self.next_offset.len(), "topic grew; assigned new partitions from their low watermark");
+                self.unassigned.clear();
+            }
+            Err(e) => warn!(topic = %self.s.topic, error = %e, "assigning new partitions failed; retrying"),
+        }
+    }
+
+    /// Confirm the newest observation the positions reached (after the batch that reached it
+    /// was applied).
+    fn confirm(&mut self) {
+        if let Some(o) = self.pending.take_reached(&self.next_offset) {
+            self.shared.fail_safe.confirmed(o.at);
+            self.restart_at.extend(o.highs);
+        }
+    }
+
+    /// The consumer's connections look wedged ([`REBUILD_AFTER_BOUNDS`]): replace the
+    /// librdkafka consumer by a new one assigned at `restart_at`.
+    ///
+    /// Why `restart_at` (the last confirmed high watermarks) and not the next offsets: a next
+    /// offset can lie inside a record batch (a batch was only partly taken), and tansu serves
+    /// a fetch from inside a batch with the following batch, silently skipping the rest (Kafka
+    /// returns the whole batch and librdkafka drops the records before the fetch offset). A
+    /// high watermark is always a batch boundary. The old consumer is dropped on a thread of
+    /// its own: its teardown on a wedged connection can hang.
+    fn rebuild_if_wedged(&mut self) {
         let s = self.s;
-        let (Some(bound), Some(check), true) = (s.max_staleness, self.checker.as_ref(), Instant::now() >= self.next_check) else {
+        let (Some(bound), Some(oldest), Some(newest)) = (s.max_staleness, self.pending.oldest_at(), self.pending.newest_at()) else {
             return;
         };
-        let started = Instant::now();
-        match caught_up(check, s, &self.next_offset, bound / 2) {
-            Ok(true) => {
-                self.last_caught_up = started;
-                if self.behind {
-                    self.behind = false;
-                    self.lost = false;
-                    if self.shared.resume_serving_local() {
-                        info!(topic = %s.topic, "invalidation stream caught up again; local cache cleared, serving locally again");
-                    }
-                }
-            }
-            Ok(false) => debug!(topic = %s.topic, "listener behind the high watermark"),
-            Err(e) => debug!(topic = %s.topic, error = %e, "lag check failed"),
-        }
-        self.enforce_lag_bound(bound);
-        self.next_check = Instant::now() + bound / 2;
-    }
-
-    /// Not confirmed caught up for longer than `bound`: stop serving locally (invariant I5).
-    /// For [`REBUILD_AFTER_BOUNDS`] bounds: rebuild the librdkafka consumer (and the checker)
-    /// at the positions read so far.
-    fn enforce_lag_bound(&mut self, bound: Duration) {
-        let s = self.s;
-        if !self.behind && self.last_caught_up.elapsed() > bound {
-            warn!(topic = %s.topic, bound_ms = bound.as_millis() as u64, "invalidation stream not confirmed caught up within the bound; bypassing the local cache until it is");
-            self.behind = true;
-            self.shared.stop_serving_local();
-        }
-        if self.behind && self.last_caught_up.elapsed() > bound * REBUILD_AFTER_BOUNDS {
-            match rebuild(s, &self.next_offset) {
-                Ok(c) => {
-                    info!(topic = %s.topic, "invalidation consumer rebuilt (connections presumed wedged); reading on from the last positions");
-                    self.consumer = c;
-                    self.checker = create_consumer(s).ok();
-                }
-                Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
-            }
-            self.last_caught_up = Instant::now() - bound - Duration::from_millis(1);
-        }
-    }
-
-    /// Every `metadata_refresh` (every [`LOST_REFRESH`] while the stream is lost): re-read the
-    /// metadata, assign new partitions; an answer while lost means the stream is back.
-    fn refresh_if_due(&mut self) {
-        let s = self.s;
-        if Instant::now() < self.next_refresh {
+        let now = Instant::now();
+        let wedged_for = bound * REBUILD_AFTER_BOUNDS;
+        let broker_answers = now.saturating_duration_since(newest) <= bound;
+        if !broker_answers || now.saturating_duration_since(oldest) < wedged_for || self.last_message.elapsed() < wedged_for {
             return;
         }
-        match refresh(&self.consumer, s, &mut self.known) {
-            Ok(()) => {
-                if self.lost && !self.behind {
-                    self.lost = false;
-                    if self.shared.resume_serving_local() {
-                        info!(topic = %s.topic, "invalidation stream is back (metadata answered); local cache cleared, serving locally again");
-                    }
-                }
+        self.last_message = now;
+        match assign_new_consumer(s, &self.restart_at) {
+            Ok(c) => {
+                let old = std::mem::replace(&mut self.consumer, c);
+                let _ = std::thread::Builder::new().name("binval-inval-drop".into()).spawn(move || drop(old));
+                self.shared.counters.listener_rebuild();
+                info!(topic = %s.topic, from = ?self.restart_at, "invalidation consumer rebuilt (the broker reports events it did not deliver; connections presumed wedged); reading on from the last confirmed watermarks");
             }
-            Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
+            Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
         }
-        self.next_refresh = Instant::now() + if self.lost { LOST_REFRESH } else { s.metadata_refresh };
     }
 
     /// Once per hot-key window: set the hot-key gauges.
@@ -398,11 +441,11 @@ impl<'a> Listener<'a> {
     }
 }
 
-/// A new consumer assigned at `next` (the next offset to read per partition).
-fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsumer, ConsumerError> {
+/// A new consumer assigned at `at` (offset per partition).
+fn assign_new_consumer(s: &ListenerSettings, at: &BTreeMap<i32, i64>) -> Result<BaseConsumer, ConsumerError> {
     let c = create_consumer(s)?;
     let mut tpl = TopicPartitionList::new();
-    for (&p, &o) in next {
+    for (&p, &o) in at {
         tpl.add_partition_offset(&s.topic, p, Offset::Offset(o))
             .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
     }
@@ -410,16 +453,14 @@ fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsum
     Ok(c)
 }
 
-/// Whether every partition was read up to the high watermark the broker reports now. Errors
-/// when a watermark request fails or times out (`timeout` each).
-fn caught_up(consumer: &BaseConsumer, s: &ListenerSettings, next: &BTreeMap<i32, i64>, timeout: Duration) -> Result<bool, KafkaError> {
-    for (&p, &n) in next {
-        let (_low, high) = consumer.fetch_watermarks(&s.topic, p, timeout)?;
-        if n < high {
-            return Ok(false);
-        }
+/// Add partitions to the assignment, each at its given offset.
+fn assign_more(consumer: &BaseConsumer, s: &ListenerSettings, new: &[(i32, i64)]) -> Result<(), ConsumerError> {
+    let mut tpl = TopicPartitionList::new();
+    for &(p, o) in new {
+        tpl.add_partition_offset(&s.topic, p, Offset::Offset(o))
+            .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
     }
-    Ok(true)
+    consumer.incremental_assign(&tpl).map_err(|e| ConsumerError::kafka(format!("assign new partitions of topic `{}`", s.topic), e))
 }
 
 /// Errors after which events may be missed: every broker is unreachable, or librdkafka
@@ -432,27 +473,6 @@ fn stream_lost(e: &KafkaError) -> bool {
         }
         _ => false,
     }
-}
-
-/// Re-read metadata; assign partitions that appeared since the last look, from their start
-/// (they are younger than this listener, so everything in them is new to it).
-fn refresh(consumer: &BaseConsumer, s: &ListenerSettings, known: &mut BTreeSet<i32>) -> Result<(), ConsumerError> {
-    let ids = partitions(consumer, s)?;
-    let new: Vec<i32> = ids.difference(known).copied().collect();
-    if new.is_empty() {
-        return Ok(());
-    }
-    let mut tpl = TopicPartitionList::new();
-    for &p in &new {
-        tpl.add_partition_offset(&s.topic, p, Offset::Beginning)
-            .map_err(|e| ConsumerError::kafka(format!("build assignment for partition {p}"), e))?;
-    }
-    consumer
-        .incremental_assign(&tpl)
-        .map_err(|e| ConsumerError::kafka(format!("assign new partitions {new:?} of topic `{}`", s.topic), e))?;
-    info!(topic = %s.topic, new_partitions = ?new, total = ids.len(), "topic grew; assigned new partitions from their beginning");
-    known.extend(new);
-    Ok(())
 }
 
 /// Parse one topic message into an event; a message without payload or that does not parse

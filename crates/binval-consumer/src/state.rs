@@ -16,6 +16,7 @@ use moka::sync::Cache;
 use moka::Expiry;
 use tokio::sync::broadcast;
 
+use crate::fail_safe::FailSafe;
 use crate::hot::{HotKeys, HotSettings};
 use crate::stats::Counters;
 
@@ -218,10 +219,12 @@ pub(crate) struct Shared {
     pub hot: Option<HotKeys>,
     /// `true` while `get` may serve from, and fill into, the local cache.
     serving_local: AtomicBool,
-    /// Bumped on every fail-safe transition; a fill that started in an older epoch must not
-    /// leave an entry behind.
+    /// Bumped on every fail-safe transition and cache clear; a fill that started in an older
+    /// epoch must not leave an entry behind.
     epoch: AtomicU64,
     pub notices: broadcast::Sender<EvictionNotice>,
+    /// The lag of the stream and the decision to serve locally (`fail_safe.rs`).
+    pub fail_safe: FailSafe,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -238,6 +241,8 @@ pub(crate) struct SharedSettings {
     pub notice_capacity: usize,
     pub limits: LimitSettings,
     pub hot: Option<HotSettings>,
+    /// The fail safe's lag bound ([`crate::ConsumerBuilder::max_staleness`]).
+    pub max_staleness: Option<Duration>,
 }
 
 impl Shared {
@@ -290,6 +295,7 @@ impl Shared {
             serving_local: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             notices,
+            fail_safe: FailSafe::new(s.max_staleness),
         }
     }
 
@@ -338,6 +344,15 @@ impl Shared {
         self.serving_local.store(true, SeqCst);
         self.counters.serving_local(true);
         true
+    }
+
+    /// Drop every local entry (and every fill in flight) while going on serving locally: for a
+    /// gap in the stream, where some events were never read. Same steps as a stop and resume,
+    /// without the window in which reads bypass the cache.
+    pub(crate) fn clear_local(&self) {
+        self.epoch.fetch_add(1, SeqCst);
+        self.local.invalidate_all();
+        self.bump_front();
     }
 
     /// The stale copy of `key`, if one is held. Flushes moka's pending expirations first if
@@ -524,6 +539,7 @@ mod tests {
                 key_limiter_entries: 1,
             },
             hot: None,
+            max_staleness: None,
         })
     }
 

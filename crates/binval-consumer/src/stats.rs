@@ -49,6 +49,15 @@ pub struct Stats {
     pub capacity_evictions: u64,
     /// Entries removed by their TTL.
     pub expirations: u64,
+    /// Times the fail safe stopped local serving (the stream was lost, or its lag went past
+    /// [`crate::ConsumerBuilder::max_staleness`]); the end of the listener is not counted.
+    pub fail_safe_engaged: u64,
+    /// Times the listener replaced its librdkafka consumer because the broker reported events
+    /// the consumer did not receive for four bounds (connections presumed wedged).
+    pub listener_rebuilds: u64,
+    /// Jumps in a partition's offsets (events deleted before they were read, a broker that lost
+    /// its log): each cleared the local cache.
+    pub stream_gaps: u64,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +80,9 @@ pub(crate) struct Counters {
     pub refreshes: AtomicU64,
     pub capacity_evictions: AtomicU64,
     pub expirations: AtomicU64,
+    pub fail_safe_engaged: AtomicU64,
+    pub listener_rebuilds: AtomicU64,
+    pub stream_gaps: AtomicU64,
     /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
     /// key lookup that `metrics::counter!` does on every call.
     hit_metric: HitMetric,
@@ -123,6 +135,9 @@ impl Counters {
     bump!(refresh, refreshes, "binval_consumer_refreshes_total");
     bump!(capacity_eviction, capacity_evictions, "binval_consumer_capacity_evictions_total");
     bump!(expiration, expirations, "binval_consumer_expirations_total");
+    bump!(fail_safe_engaged, fail_safe_engaged, "binval_consumer_fail_safe_engaged_total");
+    bump!(listener_rebuild, listener_rebuilds, "binval_consumer_listener_rebuilds_total");
+    bump!(stream_gap, stream_gaps, "binval_consumer_stream_gaps_total");
 
     /// A batch of `events` applied by the listener, `evictions` of which removed an entry.
     pub(crate) fn events(&self, events: u64, evictions: u64) {
@@ -137,6 +152,11 @@ impl Counters {
         metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record(applied_ms.saturating_sub(commit_ms) as f64);
         metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
             .record(applied_ms.saturating_sub(publish_ms) as f64);
+    }
+
+    /// The fail safe's lag: time since the newest watermark observation the listener reached.
+    pub(crate) fn stream_lag(&self, lag: std::time::Duration) {
+        metrics::gauge!("binval_consumer_stream_lag_ms").set(lag.as_secs_f64() * 1e3);
     }
 
     pub(crate) fn serving_local(&self, on: bool) {
@@ -163,6 +183,9 @@ impl Counters {
             refreshes: self.refreshes.load(Relaxed),
             capacity_evictions: self.capacity_evictions.load(Relaxed),
             expirations: self.expirations.load(Relaxed),
+            fail_safe_engaged: self.fail_safe_engaged.load(Relaxed),
+            listener_rebuilds: self.listener_rebuilds.load(Relaxed),
+            stream_gaps: self.stream_gaps.load(Relaxed),
         }
     }
 }

@@ -67,9 +67,25 @@ impl ConsumerBuilder {
     /// Pass a librdkafka setting to the listener's consumer (applied after this crate's own
     /// settings, so it can override them; do not override `group.id` or enable commits).
     ///
+    /// The crate sets `fetch.wait.max.ms` to **10** (librdkafka's default is 500) and leaves
+    /// the rest of librdkafka's fetch settings as they are: `fetch.min.bytes` 1 (answer as
+    /// soon as one event is there: keep it), `fetch.queue.backoff.ms` 1000 and
+    /// `queued.min.messages` 100 000 (they only act when the listener is 100 000 events
+    /// behind, which the fail safe reports long before), `fetch.error.backoff.ms` 500.
+    ///
+    /// Why 10 ms: on tansu (the broker of the tests and the demo) a fetch is always held for
+    /// the whole wait, so it is the floor of the eviction latency (500 ms gave p99 ~500 ms,
+    /// 10 ms gives p99 ~17-76 ms at 20-1000 events/s on a fresh topic; `docs/benchmarks.md`,
+    /// "Kafka leg under load"). On **Kafka**
+    /// the broker answers as soon as `fetch.min.bytes` is there, so the wait only sets how
+    /// often an idle instance asks again (about `1000 / wait` fetch requests per second per
+    /// broker per instance): with many instances on one cluster, raise it to 100-500 ms; the
+    /// eviction latency does not change. Keep `fetch.min.bytes` at 1 in any case: a larger
+    /// value makes a quiet stream wait the whole `fetch.wait.max.ms` for each event.
+    ///
     /// ```no_run
     /// # let b = binval_consumer::Consumer::builder();
-    /// let b = b.kafka_property("fetch.wait.max.ms", "5").kafka_property("security.protocol", "ssl");
+    /// let b = b.kafka_property("fetch.wait.max.ms", "250").kafka_property("security.protocol", "ssl");
     /// ```
     pub fn kafka_property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.kafka_properties.push((key.into(), value.into()));
@@ -103,8 +119,10 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Bound of each Kafka metadata / watermark request (at `build()` and on refresh).
-    /// Default 5 s.
+    /// Bound of each Kafka metadata / watermark request: at `build()`, on the metadata
+    /// refresh, and for the fail safe's watermark observations (there at most
+    /// [`ConsumerBuilder::max_staleness`]: a later answer could not confirm anything within the
+    /// bound). Default 5 s.
     ///
     /// ```no_run
     /// # use std::time::Duration;

@@ -43,12 +43,24 @@ impl ConsumerBuilder {
         self
     }
 
-    /// The lag bound of the fail safe (invariant I5): the listener checks every half of it that
-    /// it has read every partition up to the broker's high watermark; when it could not
-    /// confirm that for longer than the bound (the broker is silent, the network drops packets
-    /// without resetting connections, or the listener fell behind), the consumer stops serving
-    /// local values until a check succeeds again (then it clears the cache and resumes).
-    /// `None` turns the check off (only broker errors trigger the fail safe). Default 2 s.
+    /// The lag bound of the fail safe (invariant I5). Default 2 s; at least 100 ms.
+    ///
+    /// A checker thread observes the broker's high watermarks every quarter of the bound; an
+    /// observation taken at `t` is *confirmed* once the listener has read every partition up
+    /// to it (every event the broker acknowledged before `t` is then applied). The lag
+    /// ([`Consumer::stream_lag`](crate::Consumer::stream_lag)) is the time since the newest
+    /// confirmed `t`. While it is within the bound the local cache is served; past it (the
+    /// broker hangs, the network drops packets without resetting connections, the listener
+    /// falls behind) `get` bypasses the local cache until the lag is back under half the bound,
+    /// then the cache is cleared and served again. A busy but healthy stream stays at about a
+    /// quarter of the bound plus one fetch, so it never trips the bound; set the bound well
+    /// above your broker's fetch latency (with tansu: `fetch.wait.max.ms`, see the crate
+    /// README). `None` turns the bound off: only errors (every broker down, a fatal error)
+    /// stop local serving, and it resumes at the first confirmed observation after them.
+    ///
+    /// What it bounds: a value served locally at time `now` has seen every event the broker
+    /// acknowledged before `now - bound`. The time binval takes from commit to the broker's
+    /// ack is binval's lag, not this one.
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -60,8 +72,8 @@ impl ConsumerBuilder {
         self
     }
 
-    /// How often the listener re-reads the topic's metadata to pick up added partitions.
-    /// Default 5 s.
+    /// How often the lag checker re-reads the topic's metadata to pick up added partitions
+    /// (assigned from their low watermark). Default 5 s.
     ///
     /// ```no_run
     /// # use std::time::Duration;

@@ -183,13 +183,13 @@ impl ConsumerBuilder {
         // Longest prefix first, so the first match is the longest.
         prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
 
-        let (consumer, known, settings) = listener::start_assigned(self.listener_settings()).await?;
+        let (consumer, known, confirmed_at, settings) = listener::start_assigned(self.listener_settings()).await?;
 
         let shared = Arc::new(Shared::new(self.shared_settings()));
         let stop = Arc::new(AtomicBool::new(false));
         let topic = settings.topic.clone();
         let group_id = settings.group_id.clone();
-        let done = listener::spawn(consumer, known, settings, shared.clone(), stop.clone())?;
+        let done = listener::spawn(consumer, known, confirmed_at, settings, shared.clone(), stop.clone())?;
 
         Ok(Consumer {
             inner: Arc::new(Inner {
@@ -252,6 +252,7 @@ impl ConsumerBuilder {
                 sample_every: self.hot_key_sample_every,
                 top_k: self.hot_key_top_k,
             }),
+            max_staleness: self.max_staleness,
         }
     }
 }

@@ -171,3 +171,70 @@ pub async fn redis_conn() -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(binval_testkit::redis().url())?;
     Ok(client.get_multiplexed_async_connection().await?)
 }
+
+/// Publishes real invalidation events ([`event`] JSON) at a steady rate until
+/// [`SteadyPublisher::finish`], with binval's producer settings (idempotent, `acks=all`,
+/// `linger.ms=1`): the load a busy `binval run` puts on the topic. Keys cycle over `keys`;
+/// each event of a key has the next version.
+pub struct SteadyPublisher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<u64>>,
+}
+
+impl SteadyPublisher {
+    /// Start publishing `rate` events per second to `topic` (sends are not awaited one by one:
+    /// every 10 ms the events due by then are handed to the producer).
+    pub fn start(bootstrap: &str, topic: &str, rate: u32, keys: Vec<String>) -> anyhow::Result<SteadyPublisher> {
+        use futures::StreamExt as _;
+        use std::sync::atomic::Ordering::SeqCst;
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("message.timeout.ms", "30000")
+            .create()?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (stop2, topic) = (stop.clone(), topic.to_string());
+        let task = tokio::spawn(async move {
+            let mut acks = futures::stream::FuturesUnordered::new();
+            let (mut sent, mut acked) = (0u64, 0u64);
+            let mut versions = vec![1_000u64; keys.len()];
+            let t0 = Instant::now();
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            while !stop2.load(SeqCst) {
+                tick.tick().await;
+                let due = (t0.elapsed().as_secs_f64() * f64::from(rate)) as u64;
+                while sent < due {
+                    let i = (sent % keys.len() as u64) as usize;
+                    versions[i] += 1;
+                    let payload = event(&keys[i], versions[i]).to_json();
+                    let rec = FutureRecord::to(&topic).key(keys[i].as_str()).payload(&payload);
+                    match p.send_result(rec) {
+                        Ok(f) => acks.push(f),
+                        Err((e, _)) => bail!("produce to {topic}: {e}"),
+                    }
+                    sent += 1;
+                }
+                // Collect the acks that are in, without waiting.
+                while let Some(Some(r)) = futures::FutureExt::now_or_never(acks.next()) {
+                    r?.map_err(|(e, _)| anyhow::anyhow!("delivery to {topic}: {e}"))?;
+                    acked += 1;
+                }
+            }
+            while let Some(r) = acks.next().await {
+                r?.map_err(|(e, _)| anyhow::anyhow!("delivery to {topic}: {e}"))?;
+                acked += 1;
+            }
+            anyhow::ensure!(acked == sent, "{acked} of {sent} events acknowledged");
+            Ok(acked)
+        });
+        Ok(SteadyPublisher { stop, task })
+    }
+
+    /// Stop, wait for every outstanding acknowledgement; the number of events published.
+    pub async fn finish(self) -> anyhow::Result<u64> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await?
+    }
+}

@@ -1,0 +1,454 @@
+//! The fail safe (invariant I5): how far behind the invalidation stream the listener is, and
+//! when the local cache must not be served.
+//!
+//! **What "confirmed" means.** A *watermark observation* `(t, highs)` is taken by the
+//! checker thread ([`spawn_checker`]): `t` is the instant *before* its first ListOffsets
+//! request, `highs[p]` the high watermark the broker answered for partition `p`. A high
+//! watermark only grows, so every event the broker had acknowledged before `t` has an offset
+//! below `highs[p]`. Once the listener's next offset of every partition is at or past
+//! `highs`, it has applied every event acknowledged before `t`: the stream is *confirmed at
+//! `t`*. The lag is `now - t` of the newest confirmed observation.
+//!
+//! **Why this and not "at the high watermark now".** The first fail safe compared the read
+//! position with the high watermark at the moment of the check. Under a steady flow some
+//! events are always between the broker and the listener (published, not fetched yet), so the
+//! position was almost never equal to the watermark, however small the real lag: at 300
+//! events/s with librdkafka's default `fetch.wait.max.ms` on tansu the check failed in about
+//! three of four samples, the consumer bypassed its cache and, after four bounds, rebuilt its
+//! librdkafka consumer for nothing (issue #15). Here an observation stays pending until the
+//! listener reaches it, which under a flowing stream is one fetch later; observations are
+//! taken every `max_staleness / 4`, several can be pending at once, and the lag of a busy but
+//! healthy stream stays at about one observation interval plus one fetch.
+//!
+//! **The guarantee.** The local cache is served only while the lag is within the bound
+//! ([`crate::ConsumerBuilder::max_staleness`]). When the broker hangs (SIGSTOP, a network black
+//! hole) no observation succeeds; when the listener falls behind, observations are not
+//! reached; when the listener's connection is wedged, they are not reached either. In each
+//! case the lag grows past the bound and [`FailSafe::evaluate`] stops local serving, checked
+//! by the listener thread after every poll (at most 100 ms apart) and by the checker after
+//! every observation. Local serving resumes (cache cleared first) once the lag is back under
+//! half the bound, so a lag near the bound does not flap.
+//!
+//! So a value served locally at time `now` has seen every event the broker acknowledged
+//! before `now - bound`; what the bound does not cover is binval's own publish delay (commit to
+//! broker ack), which binval bounds on its side.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use crate::listener::{self, ListenerSettings};
+use crate::state::Shared;
+
+/// At most this many observations wait for the listener; past it the oldest is dropped.
+/// Dropping one only delays a confirmation to the next observation (a later `t`), so it can
+/// make the lag look larger, never smaller.
+const MAX_PENDING: usize = 64;
+
+/// One look at the high watermarks: every event acknowledged before `at` lies below `highs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Observation {
+    pub at: Instant,
+    pub highs: BTreeMap<i32, i64>,
+}
+
+impl Observation {
+    /// `true` when `next` (next offset to read per partition) is at or past every high
+    /// watermark of this observation. A partition missing from `next` has read nothing.
+    fn reached_by(&self, next: &BTreeMap<i32, i64>) -> bool {
+        self.highs.iter().all(|(p, &high)| next.get(p).copied().unwrap_or(0) >= high)
+    }
+}
+
+/// Observations not reached yet, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    queue: VecDeque<Observation>,
+}
+
+impl Pending {
+    pub(crate) fn push(&mut self, o: Observation) {
+        if self.queue.len() == MAX_PENDING {
+            self.queue.pop_front();
+        }
+        self.queue.push_back(o);
+    }
+
+    /// The newest observation `next` has reached, removed together with every older one
+    /// (high watermarks only grow, so an older one is reached too, or belongs to a log that
+    /// was reset and says nothing any more).
+    pub(crate) fn take_reached(&mut self, next: &BTreeMap<i32, i64>) -> Option<Observation> {
+        let newest = self.queue.iter().rposition(|o| o.reached_by(next))?;
+        self.queue.drain(..=newest).next_back()
+    }
+
+    /// When the oldest observation still waiting was taken.
+    pub(crate) fn oldest_at(&self) -> Option<Instant> {
+        self.queue.front().map(|o| o.at)
+    }
+
+    /// When the newest observation still waiting was taken.
+    pub(crate) fn newest_at(&self) -> Option<Instant> {
+        self.queue.back().map(|o| o.at)
+    }
+}
+
+/// The fail-safe decision, shared by the listener and the checker thread. Every transition is
+/// made under one mutex, so the two threads cannot undo each other's decision with a stale
+/// view (a stop computed from an old lag landing after a resume).
+pub(crate) struct FailSafe {
+    bound: Option<Duration>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// `t` of the newest confirmed observation (at start: the instant before the listener
+    /// read the watermarks it was assigned at).
+    confirmed_at: Instant,
+    /// The last time librdkafka reported the stream lost; cleared by a confirmation taken
+    /// after it.
+    lost_at: Option<Instant>,
+    /// The lag went past the bound and has not come back under half of it.
+    lagging: bool,
+    /// The listener ended: never serve locally again.
+    ended: bool,
+}
+
+impl FailSafe {
+    pub(crate) fn new(bound: Option<Duration>) -> Self {
+        let state = State { confirmed_at: Instant::now(), lost_at: None, lagging: false, ended: false };
+        FailSafe { bound, state: Mutex::new(state) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The listener starts from watermarks read at `at`: the stream is confirmed at `at`.
+    pub(crate) fn start(&self, at: Instant) {
+        self.lock().confirmed_at = at;
+    }
+
+    /// The listener reached an observation taken at `at`.
+    pub(crate) fn confirmed(&self, at: Instant) {
+        let mut st = self.lock();
+        st.confirmed_at = st.confirmed_at.max(at);
+    }
+
+    /// The lag now: time since the newest confirmed observation was taken.
+    pub(crate) fn lag(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.lock().confirmed_at)
+    }
+
+    /// librdkafka reported that events may be missed (every broker down, a fatal error):
+    /// stop serving locally at once, without waiting for the bound.
+    pub(crate) fn lost(&self, shared: &Shared, error: &KafkaError, topic: &str) {
+        let mut st = self.lock();
+        if st.lost_at.is_none() {
+            warn!(topic, %error, "invalidation stream lost; bypassing the local cache until it is confirmed caught up again");
+        }
+        st.lost_at = Some(Instant::now());
+        if shared.stop_serving_local() {
+            shared.counters.fail_safe_engaged();
+        }
+    }
+
+    /// The listener thread ended: bypass the local cache for good.
+    pub(crate) fn end(&self, shared: &Shared) {
+        self.lock().ended = true;
+        shared.stop_serving_local();
+    }
+
+    /// Apply the bound at `now`: stop serving locally when the lag is past it; resume (the
+    /// local cache cleared first) when the lag is back under half of it and the stream is not
+    /// lost. Also sets the lag gauge.
+    pub(crate) fn evaluate(&self, shared: &Shared, now: Instant, topic: &str) {
+        let mut st = self.lock();
+        let lag = now.saturating_duration_since(st.confirmed_at);
+        shared.counters.stream_lag(lag);
+        if st.ended {
+            return;
+        }
+        if let Some(bound) = self.bound {
+            if !st.lagging && lag > bound {
+                st.lagging = true;
+                warn!(
+                    topic,
+                    lag_ms = lag.as_millis() as u64,
+                    bound_ms = bound.as_millis() as u64,
+                    "invalidation stream not confirmed within the bound; bypassing the local cache until it is"
+                );
+                if shared.stop_serving_local() {
+                    shared.counters.fail_safe_engaged();
+                }
+            } else if st.lagging && lag <= bound / 2 {
+                st.lagging = false;
+            }
+        }
+        if st.lost_at.is_some_and(|lost| st.confirmed_at > lost) {
+            st.lost_at = None;
+        }
+        if !st.lagging && st.lost_at.is_none() && shared.resume_serving_local() {
+            info!(
+                topic,
+                lag_ms = lag.as_millis() as u64,
+                "invalidation stream confirmed caught up; local cache cleared, serving locally again"
+            );
+        }
+    }
+}
+
+/// What the checker thread tells the listener, in order (a partition is announced before any
+/// observation that includes it).
+pub(crate) enum FromChecker {
+    /// Partitions that appeared in the metadata, with their low watermark (where to start).
+    NewPartitions(Vec<(i32, i64)>),
+    Observed(Observation),
+}
+
+/// How often the checker observes the watermarks: a quarter of the bound (so under a flowing
+/// stream the lag stays near a quarter of the bound plus one fetch), between 25 ms and 1 s;
+/// every second without a bound (to notice a lost stream is back).
+pub(crate) fn observe_every(bound: Option<Duration>) -> Duration {
+    bound.map_or(Duration::from_secs(1), |b| (b / 4).clamp(Duration::from_millis(25), Duration::from_secs(1)))
+}
+
+/// Start the checker thread: with its own librdkafka client (its ListOffsets requests must not
+/// queue behind the listener's long-polling fetches on the same connection), it observes the
+/// high watermarks of every known partition every [`observe_every`], re-reads the metadata
+/// every `metadata_refresh` for partitions added to the topic, sends both to the listener and
+/// applies the bound after each observation. It ends when `stop` is set or the listener is
+/// gone; it is never joined (a request to a hung broker blocks it up to the request timeout).
+pub(crate) fn spawn_checker(
+    s: ListenerSettings,
+    known: BTreeSet<i32>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    tx: Sender<FromChecker>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new().name("binval-inval-check".into()).spawn(move || {
+        let client = match listener::create_consumer(&s) {
+            Ok(c) => c,
+            Err(e) => {
+                // Without observations the lag only grows: the bound bypasses the local cache.
+                warn!(topic = %s.topic, error = %e, "lag checker could not start; the local cache will be bypassed after the bound");
+                return;
+            }
+        };
+        checker_loop(&client, &s, known, &shared, &stop, &tx);
+        debug!(topic = %s.topic, "lag checker stopped");
+    })?;
+    Ok(())
+}
+
+fn checker_loop(
+    client: &BaseConsumer,
+    s: &ListenerSettings,
+    mut known: BTreeSet<i32>,
+    shared: &Shared,
+    stop: &AtomicBool,
+    tx: &Sender<FromChecker>,
+) {
+    let every = observe_every(s.max_staleness);
+    // A watermark answer older than the bound could not confirm anything useful.
+    let timeout = s.request_timeout.min(s.max_staleness.unwrap_or(s.request_timeout).max(Duration::from_millis(100)));
+    let mut next_refresh = Instant::now() + s.metadata_refresh;
+    while !stop.load(SeqCst) {
+        let started = Instant::now();
+        if started >= next_refresh {
+            match new_partitions(client, s, &known, timeout) {
+                Ok(new) if !new.is_empty() => {
+                    known.extend(new.iter().map(|(p, _)| *p));
+                    if tx.send(FromChecker::NewPartitions(new)).is_err() {
+                        return;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => warn!(topic = %s.topic, error = %e, "invalidation listener: metadata refresh failed"),
+            }
+            next_refresh = Instant::now() + s.metadata_refresh;
+        }
+        let at = Instant::now();
+        match highs(client, s, &known, timeout) {
+            Ok(highs) => {
+                if tx.send(FromChecker::Observed(Observation { at, highs })).is_err() {
+                    return;
+                }
+            }
+            Err(e) => debug!(topic = %s.topic, error = %e, "watermark observation failed"),
+        }
+        shared.fail_safe.evaluate(shared, Instant::now(), &s.topic);
+        // Sleep in short steps, so that shutdown is noticed quickly.
+        let next = started + every;
+        while !stop.load(SeqCst) {
+            let left = next.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// The high watermark of every partition in `known`, in one ListOffsets request per broker
+/// (timestamp "latest", -1, through `offsets_for_times`; the per-partition
+/// `fetch_watermarks` costs two requests per partition, one after the other), bounded by
+/// `timeout`. A partition answered with an error fails the whole observation.
+fn highs(client: &BaseConsumer, s: &ListenerSettings, known: &BTreeSet<i32>, timeout: Duration) -> Result<BTreeMap<i32, i64>, KafkaError> {
+    let mut tpl = TopicPartitionList::new();
+    for &p in known {
+        tpl.add_partition_offset(&s.topic, p, Offset::End)?;
+    }
+    let answer = client.offsets_for_times(tpl, timeout)?;
+    let highs: BTreeMap<i32, i64> = answer
+        .elements()
+        .iter()
+        .map(|e| {
+            e.error()?;
+            match e.offset() {
+                Offset::Offset(high) => Ok((e.partition(), high)),
+                // No offset for "latest" (should not happen): no observation this time.
+                _ => Err(KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::OffsetNotAvailable)),
+            }
+        })
+        .collect::<Result<_, KafkaError>>()?;
+    // An observation must cover every partition, or it could confirm one that was not read.
+    if highs.len() != known.len() || !known.iter().all(|p| highs.contains_key(p)) {
+        return Err(KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::OffsetNotAvailable));
+    }
+    Ok(highs)
+}
+
+/// Partitions of the topic not in `known`, with their low watermark.
+fn new_partitions(
+    client: &BaseConsumer,
+    s: &ListenerSettings,
+    known: &BTreeSet<i32>,
+    timeout: Duration,
+) -> Result<Vec<(i32, i64)>, crate::ConsumerError> {
+    let ids = listener::partitions(client, s)?;
+    ids.difference(known)
+        .map(|&p| {
+            let (low, _high) = client
+                .fetch_watermarks(&s.topic, p, timeout)
+                .map_err(|e| crate::ConsumerError::kafka(format!("fetch watermarks of topic `{}` partition {p}", s.topic), e))?;
+            Ok((p, low))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(at: Instant, highs: &[(i32, i64)]) -> Observation {
+        Observation { at, highs: highs.iter().copied().collect() }
+    }
+
+    fn next(n: &[(i32, i64)]) -> BTreeMap<i32, i64> {
+        n.iter().copied().collect()
+    }
+
+    /// An observation counts once every partition reached its watermark; the newest reached
+    /// one is returned and older ones go with it; unreached ones stay.
+    #[test]
+    fn observations_are_confirmed_when_every_partition_reaches_them() {
+        let t0 = Instant::now();
+        let (t1, t2, t3) = (t0 + Duration::from_millis(10), t0 + Duration::from_millis(20), t0 + Duration::from_millis(30));
+        let mut p = Pending::default();
+        p.push(obs(t1, &[(0, 10), (1, 5)]));
+        p.push(obs(t2, &[(0, 12), (1, 7)]));
+        p.push(obs(t3, &[(0, 20), (1, 9)]));
+        assert_eq!(p.take_reached(&next(&[(0, 9), (1, 100)])), None, "partition 0 is behind the oldest");
+        assert_eq!(p.take_reached(&next(&[(0, 11), (1, 100)])).map(|o| o.at), Some(t1), "11 >= 10 and 100 >= 5");
+        assert_eq!(p.take_reached(&next(&[(0, 12), (1, 7)])).map(|o| o.at), Some(t2), "the newest reached one");
+        assert_eq!(p.oldest_at(), Some(t3));
+        assert_eq!(p.take_reached(&next(&[(0, 20)])), None, "partition 1 read nothing");
+        assert_eq!(p.take_reached(&next(&[(0, 25), (1, 9)])).map(|o| o.at), Some(t3));
+        assert_eq!(p.oldest_at(), None);
+    }
+
+    fn shared(bound: Duration) -> Shared {
+        use crate::state::{Bounds, JitteredTtl, LimitSettings, SharedSettings};
+        Shared::new(SharedSettings {
+            bounds: Bounds { max_entries: 10, max_bytes: None },
+            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
+            refresh_ahead: None,
+            guard_entries: 10,
+            guard_ttl: Duration::from_secs(30),
+            notice_capacity: 1,
+            limits: LimitSettings {
+                per_instance: None,
+                per_key: None,
+                stale_ttl: Duration::from_secs(1),
+                stale_entries: 1,
+                key_limiter_entries: 1,
+            },
+            hot: None,
+            max_staleness: Some(bound),
+        })
+    }
+
+    /// The bound's transitions: stop past the bound (counted once), stay stopped until the lag
+    /// is under half of it, then resume; a lost stream stops at once and resumes only after a
+    /// confirmation taken after the loss; after the end nothing resumes.
+    #[test]
+    fn the_bound_stops_and_resumes_local_serving() {
+        let s = shared(Duration::from_secs(1));
+        let fs = &s.fail_safe;
+        // In the past, so that the made-up instants below are too (the loss is stamped "now").
+        let t0 = Instant::now().checked_sub(Duration::from_secs(10)).expect("monotonic clock past 10 s");
+        fs.start(t0);
+        fs.evaluate(&s, t0 + Duration::from_millis(900), "t");
+        assert!(s.is_serving_local());
+        fs.evaluate(&s, t0 + Duration::from_millis(1100), "t");
+        assert!(!s.is_serving_local(), "lag 1.1 s > bound 1 s");
+        fs.evaluate(&s, t0 + Duration::from_millis(1200), "t");
+        assert_eq!(s.counters.snapshot().fail_safe_engaged, 1, "counted once");
+        fs.confirmed(t0 + Duration::from_millis(1000));
+        fs.evaluate(&s, t0 + Duration::from_millis(1600), "t");
+        assert!(!s.is_serving_local(), "lag 0.6 s: not yet under half the bound");
+        fs.evaluate(&s, t0 + Duration::from_millis(1400), "t");
+        assert!(s.is_serving_local(), "lag 0.4 s: resumed");
+        fs.confirmed(t0 + Duration::from_millis(500));
+        assert_eq!(fs.lag(t0 + Duration::from_millis(1400)), Duration::from_millis(400), "an older confirmation changes nothing");
+
+        let e = KafkaError::MessageConsumption(rdkafka::types::RDKafkaErrorCode::AllBrokersDown);
+        let before = Instant::now();
+        fs.confirmed(before);
+        fs.lost(&s, &e, "t");
+        assert!(!s.is_serving_local(), "lost: stopped at once");
+        fs.evaluate(&s, before + Duration::from_millis(10), "t");
+        assert!(!s.is_serving_local(), "a confirmation from before the loss does not resume");
+        let after = Instant::now();
+        fs.confirmed(after);
+        fs.evaluate(&s, after + Duration::from_millis(10), "t");
+        assert!(s.is_serving_local(), "confirmed after the loss: resumed");
+        assert_eq!(s.counters.snapshot().fail_safe_engaged, 2);
+
+        fs.end(&s);
+        fs.confirmed(Instant::now());
+        fs.evaluate(&s, Instant::now(), "t");
+        assert!(!s.is_serving_local(), "after the end: never again");
+    }
+
+    /// The queue is bounded; the oldest goes first.
+    #[test]
+    fn pending_is_bounded() {
+        let t0 = Instant::now();
+        let mut p = Pending::default();
+        for i in 0..(MAX_PENDING as u64 + 10) {
+            p.push(obs(t0 + Duration::from_millis(i), &[(0, i as i64)]));
+        }
+        assert_eq!(p.oldest_at(), Some(t0 + Duration::from_millis(10)));
+        assert_eq!(p.newest_at(), Some(t0 + Duration::from_millis(MAX_PENDING as u64 + 9)));
+    }
+}
