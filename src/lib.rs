@@ -68,6 +68,7 @@ pub mod error;
 pub mod failpoint;
 pub mod ha;
 pub mod mapping;
+pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
 pub mod start_point;

@@ -43,7 +43,7 @@ use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
 use crate::mapping::{Mapper, TableNames};
 use crate::redis_conn::RedisConn;
-use crate::telemetry::names;
+use crate::telemetry::{names, stage, QueueProbe};
 use crate::write::apply::{apply_loop, ApplyOptions, ApplyStats, Pending, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
@@ -270,6 +270,11 @@ async fn run_tasks(
 ) -> Option<Error> {
     let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(TXN_CHANNEL);
     let (ack_tx, ack_rx) = mpsc::channel::<Pending>(ACK_CHANNEL);
+    crate::telemetry::watch_queues(vec![
+        QueueProbe::channel(stage::SOURCE, &txn_tx),
+        QueueProbe::channel(stage::APPLY, &ack_tx),
+        p.kafka.queue_probe(),
+    ]);
     // One stop signal for the tasks: set by the operator's shutdown, or by any task that
     // fails, so an idle source (blocked on the binlog) stops at once when a sink fails.
     let (stop_tx, stop_rx) = watch::channel(false);

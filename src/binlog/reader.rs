@@ -91,6 +91,7 @@ async fn read_once(
     stats: &SourceStats,
 ) -> Result<(), Error> {
     let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
+    let _connected = crate::telemetry::source_connected();
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
     let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume);
     loop {
@@ -119,6 +120,7 @@ async fn read_once(
         };
         let Some(txn) = events::handle(&mut ctx, &framed)? else { continue };
         let pos = txn.position.clone();
+        stats.transaction_read(&txn.position, txn.commit_time_ms);
         tokio::select! {
             r = out.send(txn) => if r.is_err() { return Ok(()) },
             _ = shutdown.wait_for(|v| *v) => return Ok(()),

@@ -50,4 +50,19 @@ pub struct SourceStats {
     pub rows: std::sync::atomic::AtomicU64,
     /// Reconnects after a failure.
     pub reconnects: std::sync::atomic::AtomicU64,
+    /// The end position and commit time (Unix ms) of the last transaction passed on.
+    read: std::sync::Mutex<Option<(SourcePosition, u64)>>,
+}
+
+impl SourceStats {
+    /// The reader passes on the transaction ending at `position`, committed at
+    /// `commit_time_ms`: the `read` position of the monitor's lag and position gauges.
+    pub fn transaction_read(&self, position: &SourcePosition, commit_time_ms: u64) {
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some((position.clone(), commit_time_ms));
+    }
+
+    /// The end position and commit time (Unix ms) of the last transaction passed on.
+    pub fn last_read(&self) -> Option<(SourcePosition, u64)> {
+        self.read.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }

@@ -235,7 +235,7 @@ impl Writer {
     ) -> Result<(), Error> {
         let t = Instant::now();
         let applied = self.apply_all(changes, pos).await?;
-        metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
+        metrics::histogram!(names::REDIS_APPLY_SECONDS).record(t.elapsed().as_secs_f64());
         let noop = applied.iter().filter(|a| !moved(a)).count();
         if noop > 0 {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
@@ -360,6 +360,7 @@ pub async fn apply_loop(
         let o = writer.apply_transaction(&txn, &mut changes, &mut |_| {}).await?;
         stats.applied(o.key_changes);
         metrics::counter!(names::TRANSACTIONS).increment(1);
+        crate::telemetry::group_applied(1, o.key_changes);
         let p =
             Pending { position: txn.position, commit_time_ms: txn.commit_time_ms, table_names: txn.table_names, deliveries: o.deliveries };
         if acks.send(p).await.is_err() {
