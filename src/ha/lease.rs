@@ -86,6 +86,29 @@ pub fn fencing_token_key(name: &str) -> String {
     format!("binval:{{{name}}}:fence")
 }
 
+/// Who holds the lease of a source now, as read by [`read_holder`] (`binval status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseHolder {
+    /// The holder id (`host-pid-random`) of the active instance.
+    pub holder: String,
+    /// The fencing token of its tenure.
+    pub fencing_token: u64,
+    /// Milliseconds until the lease expires unless renewed.
+    pub ttl_ms: i64,
+}
+
+/// Read the lease of source `name` (`GET` and `PTTL` of [`lease_key`]); `None` when no
+/// instance holds it. Errors are transient Redis errors naming the key.
+pub async fn read_holder(conn: &RedisConn, name: &str) -> Result<Option<LeaseHolder>, Error> {
+    let key = lease_key(name);
+    let mut c = conn.clone();
+    let value: Option<String> = c.get(&key).await.map_err(|e| redis_error(format!("GET {key}: {e}")))?;
+    let Some(value) = value else { return Ok(None) };
+    let ttl_ms: i64 = c.query(redis::cmd("PTTL").arg(&key)).await.map_err(|e| redis_error(format!("PTTL {key}: {e}")))?;
+    let (holder, token) = value.rsplit_once(' ').unwrap_or((value.as_str(), "0"));
+    Ok(Some(LeaseHolder { holder: holder.to_string(), fencing_token: token.parse().unwrap_or(0), ttl_ms }))
+}
+
 /// A held lease: the fencing token to put on every write.
 #[derive(Debug, Clone)]
 pub struct Lease {

@@ -415,6 +415,7 @@ fn rebuild(s: &ListenerSettings, next: &BTreeMap<i32, i64>) -> Result<BaseConsum
 fn caught_up(consumer: &BaseConsumer, s: &ListenerSettings, next: &BTreeMap<i32, i64>, timeout: Duration) -> Result<bool, KafkaError> {
     for (&p, &n) in next {
         let (_low, high) = consumer.fetch_watermarks(&s.topic, p, timeout)?;
+        metrics::gauge!("binval_consumer_partition_lag_messages", "partition" => p.to_string()).set((high - n).max(0) as f64);
         if n < high {
             return Ok(false);
         }

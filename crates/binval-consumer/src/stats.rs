@@ -4,6 +4,23 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Suggested histogram buckets per histogram of this crate (`(metric name, upper bounds)`),
+/// for recorders that export histograms with buckets, so dashboards can use
+/// `histogram_quantile` (`deploy/grafana/binval-consumer.json` does):
+///
+/// ```no_run
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+/// let mut b = PrometheusBuilder::new();
+/// for (name, buckets) in binval_consumer::HISTOGRAM_BUCKETS {
+///     b = b.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets).unwrap();
+/// }
+/// let handle = b.install_recorder().unwrap(); // before Consumer::build()
+/// ```
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(
+    "binval_consumer_invalidation_lag_ms",
+    &[1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0],
+)];
+
 /// A snapshot of the consumer's counters, all counted since `build()`. Serializes (serde) as
 /// a flat object of these field names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
