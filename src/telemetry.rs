@@ -328,14 +328,18 @@ impl Health {
         }
     }
 
-    /// This instance took the lease with `fencing_token`.
+    /// This instance holds the lease with `fencing_token` (a new tenure, or the same one taken
+    /// again after a pipeline restart).
     pub fn became_leader(&self, fencing_token: u64) {
         self.role.store(Role::Leader as u8, Relaxed);
-        self.fencing_token.store(fencing_token, Relaxed);
+        let previous = self.fencing_token.swap(fencing_token, Relaxed);
         self.lease_checked();
         metrics::gauge!(names::LEADER).set(1.0);
         metrics::gauge!(names::FENCING_TOKEN).set(fencing_token as f64);
-        metrics::counter!(names::LEASE_ACQUIRED).increment(1);
+        // A restart within the tenure re-acquires the same token: not a new tenure.
+        if previous != fencing_token {
+            metrics::counter!(names::LEASE_ACQUIRED).increment(1);
+        }
     }
 
     /// Another instance holds the lease (or this one lost or released it). A shutdown in

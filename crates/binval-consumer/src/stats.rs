@@ -119,7 +119,38 @@ macro_rules! bump {
     };
 }
 
+/// Every counter of [`Counters`], registered at 0 when the consumer is built so that `rate()`
+/// and alerts see 0 rather than nothing before the first event of each kind.
+const COUNTER_NAMES: &[&str] = &[
+    "binval_consumer_hits_total",
+    "binval_consumer_misses_total",
+    "binval_consumer_bypass_reads_total",
+    "binval_consumer_fills_total",
+    "binval_consumer_fills_refused_total",
+    "binval_consumer_events_total",
+    "binval_consumer_evictions_total",
+    "binval_consumer_bad_messages_total",
+    "binval_consumer_coalesced_total",
+    "binval_consumer_limiter_rejections_total",
+    "binval_consumer_stale_served_total",
+    "binval_consumer_uncached_reads_total",
+    "binval_consumer_tombstones_total",
+    "binval_consumer_loader_fills_total",
+    "binval_consumer_loader_errors_total",
+    "binval_consumer_refreshes_total",
+    "binval_consumer_capacity_evictions_total",
+    "binval_consumer_expirations_total",
+];
+
 impl Counters {
+    /// New counters, each registered with the installed recorder at 0.
+    pub(crate) fn registered() -> Self {
+        for name in COUNTER_NAMES {
+            metrics::counter!(*name).increment(0);
+        }
+        Counters::default()
+    }
+
     #[inline]
     pub(crate) fn hit(&self) {
         self.hits.fetch_add(1, Relaxed);
