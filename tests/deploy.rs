@@ -16,9 +16,13 @@ use promql_refs::*;
 use serde_json::Value;
 
 fn promtool() -> PathBuf {
-    let on_path = std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join("promtool"));
+    let on_path =
+        std::env::var_os("PATH").into_iter().flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).map(|d| d.join("promtool"));
     let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin/promtool"));
-    on_path.chain(home).find(|p| p.is_file()).expect("promtool not found: run scripts/services.sh install (it takes promtool out of Debian's prometheus package)")
+    on_path
+        .chain(home)
+        .find(|p| p.is_file())
+        .expect("promtool not found: run scripts/services.sh install (it takes promtool out of Debian's prometheus package)")
 }
 
 fn run_promtool(args: &[&str]) {
@@ -58,7 +62,8 @@ fn dashboards_are_well_formed() {
     for (path, d) in dashboards() {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         assert!(d["uid"].as_str().is_some_and(|u| !u.is_empty()), "{file}: uid");
-        let vars: BTreeSet<String> = d["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap().to_string()).collect();
+        let vars: BTreeSet<String> =
+            d["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap().to_string()).collect();
         assert!(vars.contains("datasource"), "{file}: a datasource variable (dashboards import into any Grafana)");
         let mut ids = BTreeSet::new();
         for p in panels(&d) {
@@ -199,7 +204,7 @@ fn selects_labels(selector: &BTreeMap<String, String>, labels: &BTreeMap<String,
 #[test]
 fn kubernetes_manifests_match_the_api_and_each_other() {
     let m = manifests();
-    let spec = m.deployment.spec.as_ref().unwrap();
+    let spec = &m.deployment.spec;
     assert_eq!(spec.replicas, Some(2), "two instances: the lease makes one active");
     let template_labels = spec.template.metadata.as_ref().unwrap().labels.clone().unwrap();
     assert!(selects_labels(spec.selector.match_labels.as_ref().unwrap(), &template_labels), "the Deployment selects its pods");
@@ -284,7 +289,12 @@ fn compose_provisions_prometheus_and_grafana() {
     let compose = &yaml(&root().join("docker-compose.yml"))[0];
     let services = compose["services"].as_object().unwrap();
     let mounts = |svc: &str| -> Vec<String> {
-        services[svc]["volumes"].as_array().unwrap_or_else(|| panic!("{svc} mounts")).iter().map(|v| v.as_str().unwrap().to_string()).collect()
+        services[svc]["volumes"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{svc} mounts"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
     };
     let grafana = mounts("grafana");
     for (path, _) in dashboards() {

@@ -34,7 +34,8 @@ struct Instance {
 
 impl Instance {
     fn start(env: &Env, name: &str, start: &str, port: u16) -> Instance {
-        let text = env.config_toml(start, MAPPING).replace("[checkpoint]", &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[checkpoint]"));
+        let text =
+            env.config_toml(start, MAPPING).replace("[checkpoint]", &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n\n[checkpoint]"));
         let dir = tk::state_root().join("configs");
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join(format!("{}.toml", tk::unique_name(name)));
@@ -230,7 +231,10 @@ async fn dashboards_and_alerts_select_live_series_and_probes_follow_the_lease() 
     assert_eq!(value(&samples, "binval_queue_capacity", Some(("stage", "source"))), Some(256.0));
     let gtid = value(&samples, "binval_gtid_sequence", Some(("position", "acked"))).expect("acked GTID sequence (MariaDB)");
     assert_eq!(gtid, v2 as f64, "the last acknowledged transaction's GTID sequence");
-    assert!(samples.iter().filter(|s| s.name != "binval_info").all(|s| s.labels.get("source") == Some(&env.source_name)), "every metric carries source");
+    assert!(
+        samples.iter().filter(|s| s.name != "binval_info").all(|s| s.labels.get("source") == Some(&env.source_name)),
+        "every metric carries source"
+    );
     let standby_samples = parse_scrape(&standby.scrape());
     assert_eq!(value(&standby_samples, "binval_leader", None), Some(0.0));
     assert_eq!(value(&standby_samples, "binval_ready", None), Some(1.0));

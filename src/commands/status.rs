@@ -194,7 +194,9 @@ pub fn render(s: &Status) -> String {
     rows.push((
         "primary",
         match &s.primary {
-            Some(p) => format!("{} ({}, {} binlog files)", p.position, p.version, p.binlog_files),
+            Some(p) => {
+                format!("{} ({}, {} binlog file{})", p.position, p.version, p.binlog_files, if p.binlog_files == 1 { "" } else { "s" })
+            }
             None => "not readable (see the warning above)".into(),
         },
     ));

@@ -21,7 +21,8 @@ pub fn dashboards() -> Vec<(PathBuf, serde_json::Value)> {
     for e in std::fs::read_dir(root().join("deploy/grafana")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "json") {
-            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
             out.push((p, v));
         }
     }
