@@ -503,10 +503,7 @@ pub fn watch_queues(probes: Vec<QueueProbe>) {
 pub fn sample_queues() {
     let queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
     for q in queues.iter() {
-        let (depth, capacity) = match (q.fill)() {
-            Some(f) => f,
-            None => (0, 0),
-        };
+        let (depth, capacity) = (q.fill)().unwrap_or_default();
         metrics::gauge!(names::QUEUE_DEPTH, "stage" => q.stage).set(depth as f64);
         if capacity > 0 {
             metrics::gauge!(names::QUEUE_CAPACITY, "stage" => q.stage).set(capacity as f64);
@@ -657,7 +654,7 @@ mod tests {
         h.lease_checked();
         assert_eq!(h.readiness(now).role, "standby");
         assert!(h.readiness(now).ready);
-        assert!(!h.readiness(now + 10_001).ready, "standby whose lease check is older than two lease periods");
+        assert!(!h.readiness(now + 20_000).ready, "standby whose lease check is older than two lease periods");
         h.became_leader(7);
         assert_eq!(h.fencing_token(), 7);
         assert!(!h.readiness(now).ready, "leader without a source connection");
