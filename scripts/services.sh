@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local backing services for the binval demo, without Docker.
 #
-#   scripts/services.sh install   install what is missing (apt: MariaDB, Redis; cargo: tansu)
+#   scripts/services.sh install   install what is missing (apt: MariaDB, Redis, promtool; cargo: tansu)
 #   scripts/services.sh up        install, then start everything (idempotent) and print URLs
 #   scripts/services.sh status    show each service, its port, up/down
 #   scripts/services.sh down      stop what `up` started (by pid file)
@@ -93,6 +93,34 @@ cmd_install() {
     "$cargo" install tansu --version "$TANSU_VERSION" --locked --features dynostore
     find_tansu >/dev/null || die "tansu still not found after cargo install (is ~/.cargo/bin on PATH?)"
   fi
+  install_promtool
+}
+
+find_promtool() {
+  command -v promtool 2>/dev/null || { [ -x "$HOME/.cargo/bin/promtool" ] && echo "$HOME/.cargo/bin/promtool"; }
+}
+
+# promtool checks deploy/prometheus (tests/deploy.rs). Taken out of Debian's prometheus
+# package with apt-get download + dpkg-deb -x, so no Prometheus server is installed or started.
+install_promtool() {
+  local p
+  if p="$(find_promtool)"; then
+    log "promtool found: $p"
+    return
+  fi
+  command -v apt-get >/dev/null 2>&1 || die "promtool missing (and no apt-get here): install Prometheus' promtool on PATH"
+  local tmp
+  tmp="$(mktemp -d)"
+  log "promtool: apt-get download prometheus (only promtool is kept, in ~/.cargo/bin)"
+  if ! (cd "$tmp" && apt-get download -qq prometheus >/dev/null 2>&1); then
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    (cd "$tmp" && apt-get download -qq prometheus) || die "apt-get download prometheus failed"
+  fi
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+  mkdir -p "$HOME/.cargo/bin"
+  install -m 0755 "$tmp/x/usr/bin/promtool" "$HOME/.cargo/bin/promtool"
+  rm -rf "$tmp"
+  find_promtool >/dev/null || die "promtool still not found after installing it"
 }
 
 # ---------------------------------------------------------------- processes

@@ -105,12 +105,27 @@ impl Default for ApplyConfig {
 }
 
 /// `[metrics]`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// `host:port` to serve Prometheus metrics on (`GET /metrics`); unset = no endpoint.
+    /// `host:port` to serve Prometheus metrics (`GET /metrics`) and the health probes
+    /// (`/healthz`, `/readyz`) on; unset = no endpoint.
     #[serde(default)]
     pub listen: Option<String>,
+    /// `/readyz` answers 503 for a leader more than this many ms behind the source
+    /// (`binval_lag_seconds`). Default 30000.
+    #[serde(default = "default_ready_max_lag_ms")]
+    pub ready_max_lag_ms: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { listen: None, ready_max_lag_ms: default_ready_max_lag_ms() }
+    }
+}
+
+fn default_ready_max_lag_ms() -> u64 {
+    30_000
 }
 
 /// `[source]`: the replica connection.
@@ -524,6 +539,9 @@ impl Config {
         }
         if self.checkpoint.interval_ms == 0 {
             return Err(bad("checkpoint.interval_ms".into(), "must be > 0".into()));
+        }
+        if self.metrics.ready_max_lag_ms == 0 {
+            return Err(bad("metrics.ready_max_lag_ms".into(), "must be > 0".into()));
         }
         if let Some(l) = &self.metrics.listen {
             if l.parse::<std::net::SocketAddr>().is_err() {

@@ -132,6 +132,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Classify a mysql_async error. Server errors that name a missing binlog or a refused
 /// replica are definite; I/O and driver errors are transient.
 pub fn classify_mysql(e: mysql_async::Error, position: &str) -> Error {
+    counted("source", classify_mysql_inner(e, position))
+}
+
+fn classify_mysql_inner(e: mysql_async::Error, position: &str) -> Error {
     match &e {
         mysql_async::Error::Server(se) => match se.code {
             // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged or unknown log / position.
@@ -159,11 +163,14 @@ pub fn classify_redis(e: RedisError, key: &str) -> Error {
             let s = e.to_string();
             ["LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "OOM", "NOSCRIPT"].iter().any(|c| s.contains(c))
         };
-    if retry {
-        TransientError::Redis(format!("key {key}: {e}")).into()
-    } else {
-        DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
-    }
+    counted(
+        "redis",
+        if retry {
+            TransientError::Redis(format!("key {key}: {e}")).into()
+        } else {
+            DefiniteError::RedisRefused { key: key.into(), message: e.to_string() }.into()
+        },
+    )
 }
 
 /// Whether a Kafka error code means retrying cannot help (librdkafka's
@@ -205,11 +212,20 @@ pub fn classify_kafka(e: &KafkaError, key: &str, topic: &str, create_topic: bool
         KafkaError::ClientConfig(..) => true,
         e => e.rdkafka_error_code().is_some_and(|c| kafka_is_definite(c, create_topic)),
     };
-    if definite {
-        DefiniteError::KafkaRefused { key: key.into(), topic: topic.into(), message: e.to_string() }.into()
-    } else {
-        TransientError::Kafka(format!("{context}: {e}")).into()
-    }
+    counted(
+        "kafka",
+        if definite {
+            DefiniteError::KafkaRefused { key: key.into(), topic: topic.into(), message: e.to_string() }.into()
+        } else {
+            TransientError::Kafka(format!("{context}: {e}")).into()
+        },
+    )
+}
+
+/// Count a classified error in `binval_errors_total{service, kind}` and return it.
+fn counted(service: &'static str, e: Error) -> Error {
+    crate::telemetry::error_classified(service, !e.is_transient());
+    e
 }
 
 /// The outcome of a pipeline task that did not return by itself: a panic becomes

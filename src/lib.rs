@@ -20,15 +20,17 @@
 //! | 8 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged |
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
-//! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode |
+//! | - | [`monitor`] | `binval run`'s gauges sampled once a second from the pipeline's state: lag, positions, queues, readiness |
+//! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode, status |
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
-//! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] and [`failpoint`].
+//! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
+//! listener with `/healthz` and `/readyz`) and [`failpoint`].
 //!
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
 //! `failpoint` and `binlog::decode` import nothing of binval's; `error`, `redis_conn` and
 //! `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
-//! `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
+//! `monitor` <- `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
 //! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
 //!
@@ -68,6 +70,7 @@ pub mod error;
 pub mod failpoint;
 pub mod ha;
 pub mod mapping;
+pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
 pub mod start_point;

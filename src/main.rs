@@ -70,6 +70,18 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Where the source's binval stands: leader (lease holder, fencing token), checkpoint and
+    /// its age, the primary's binlog position and how many bytes the checkpoint is behind it,
+    /// and this host's instance (role, readiness, lag) when metrics.listen answers here.
+    /// Read-only.
+    Status {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Decode a binlog file offline: one JSON line per event and per row (canonical values).
     /// Exits 1 with the file and position when the file is truncated, corrupt or undecodable.
     Decode {
@@ -88,9 +100,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let path = match &cli.command {
-        Command::Run { config } | Command::Check { config } | Command::Replay { config, .. } | Command::Republish { config, .. } => {
-            config.clone()
-        }
+        Command::Run { config }
+        | Command::Check { config }
+        | Command::Replay { config, .. }
+        | Command::Republish { config, .. }
+        | Command::Status { config, .. } => config.clone(),
         Command::Decode { binlog_file, start, stop } => return binval::commands::decode::decode(binlog_file, *start, *stop),
     };
     let cfg = match Config::load(&path) {
@@ -113,6 +127,7 @@ fn main() -> ExitCode {
             Command::Check { .. } => binval::commands::check::check(cfg).await,
             Command::Replay { args, .. } => binval::commands::replay::cli(cfg, args).await,
             Command::Republish { from, to, dry_run, .. } => binval::commands::republish::cli(&cfg, &from, to.as_deref(), dry_run).await,
+            Command::Status { json, .. } => binval::commands::status::cli(&cfg, json).await,
             Command::Decode { .. } => unreachable!("handled without a config"),
         }
     });

@@ -18,7 +18,7 @@
 //!
 //! With `source.heartbeat_table` set, a fourth task writes the heartbeat row every
 //! `source.heartbeat_interval_ms` (seen back through the binlog, it gives the lag sub-second
-//! precision), and a metrics task keeps `binval_lag_seconds` and the queue depths current.
+//! precision; [`crate::monitor`] turns the shared counters into the lag and queue gauges).
 //!
 //! # Memory
 //!
@@ -57,7 +57,7 @@ use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
 use crate::mapping::{Mapper, TableNames};
 use crate::redis_conn::RedisConn;
-use crate::telemetry::names;
+use crate::telemetry::{names, stage, QueueProbe};
 use crate::write::apply::{apply_loop, ApplyOptions, ApplyStats, Pending, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
@@ -311,6 +311,11 @@ async fn run_tasks(
 ) -> Option<Error> {
     let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(TXN_CHANNEL);
     let (ack_tx, ack_rx) = mpsc::channel::<Pending>(ACK_CHANNEL);
+    crate::telemetry::watch_queues(vec![
+        QueueProbe::channel(stage::SOURCE, &txn_tx),
+        QueueProbe::channel(stage::APPLY, &ack_tx),
+        p.kafka.queue_probe(),
+    ]);
     // One stop signal for the tasks: set by the operator's shutdown, or by any task that
     // fails, so an idle source (blocked on the binlog) stops at once when a sink fails.
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -335,7 +340,6 @@ async fn run_tasks(
     };
     let mapper = p.writer.mapper.clone();
     stats.source.in_flight.store(0, Relaxed);
-    let watch = metrics_task(stats.clone(), txn_tx.downgrade(), ack_tx.downgrade(), stop_rx.clone());
     let heartbeat = cfg
         .source
         .heartbeat_table
@@ -359,7 +363,6 @@ async fn run_tasks(
     let _ = stop_tx.send(true);
     let l = lease_task.await;
     forward.abort();
-    watch.abort();
     if let Some(h) = heartbeat {
         h.abort();
     }
@@ -383,49 +386,6 @@ fn root_cause(results: [Result<(), Error>; 4]) -> Option<Error> {
         }
     }
     first
-}
-
-/// Every 250 ms: `binval_lag_seconds` (0 when everything read is acknowledged and the source
-/// is at the end of its binlog; else now minus the commit time of the last acknowledged
-/// transaction, or of the last one read before any was acknowledged) and the queue depths.
-fn metrics_task(
-    stats: Arc<Stats>,
-    txns: mpsc::WeakSender<Transaction>,
-    acks: mpsc::WeakSender<Pending>,
-    mut stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    metrics::gauge!(names::QUEUE_CAPACITY, "stage" => "apply").set(TXN_CHANNEL as f64);
-    metrics::gauge!(names::QUEUE_CAPACITY, "stage" => "checkpoint").set(ACK_CHANNEL as f64);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-                _ = stop.wait_for(|v| *v) => return,
-            }
-            let src = &stats.source;
-            let idle = src.in_flight.load(Relaxed) <= 0 && src.at_end.load(Relaxed);
-            let lag_ms = if idle {
-                0
-            } else {
-                let acked = stats.acked_commit_ms.load(Relaxed);
-                let since = if acked > 0 { acked } else { src.read_commit_ms.load(Relaxed) };
-                if since == 0 {
-                    0
-                } else {
-                    crate::now_ms().saturating_sub(since)
-                }
-            };
-            metrics::gauge!(names::LAG_S).set(lag_ms as f64 / 1000.0);
-            for (stage, depth) in [
-                ("apply", txns.upgrade().map(|t| t.max_capacity() - t.capacity())),
-                ("checkpoint", acks.upgrade().map(|t| t.max_capacity() - t.capacity())),
-            ] {
-                if let Some(d) = depth {
-                    metrics::gauge!(names::QUEUE_DEPTH, "stage" => stage).set(d as f64);
-                }
-            }
-        }
-    })
 }
 
 async fn progress_log(stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>) {

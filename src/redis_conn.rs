@@ -414,5 +414,6 @@ fn mode_mismatch(mode: &str, what: &str) -> Error {
 
 /// A connection-level failure: always transient.
 fn transient(e: RedisError) -> Error {
+    crate::telemetry::error_classified("redis", false);
     TransientError::Redis(e.to_string()).into()
 }

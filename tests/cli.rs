@@ -135,8 +135,10 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let body = http_get(metrics_port, "/metrics");
-        if body.contains("binval_events_acked_total 2") {
-            assert!(body.contains("binval_key_changes_total 2"), "{body}");
+        // Every metric carries the source's name as a label.
+        let source = format!("{{source=\"{}\"}}", env.source_name);
+        if body.contains(&format!("binval_events_acked_total{source} 2")) {
+            assert!(body.contains(&format!("binval_key_changes_total{source} 2")), "{body}");
             break;
         }
         assert!(Instant::now() < deadline, "metrics never showed 2 acked events: {body}");

@@ -148,6 +148,7 @@ async fn read_once(
     budget: &MemoryBudget,
 ) -> Result<(), Error> {
     let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
+    let _connected = crate::telemetry::source_connected();
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
     let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume, ReadSettings::from_config(cfg));
     loop {
@@ -181,7 +182,7 @@ async fn read_once(
         let pos = txn.position.clone();
         stats.in_flight.fetch_add(1, Relaxed);
         stats.at_end.store(false, Relaxed);
-        stats.read_commit_ms.store(txn.heartbeat_us.map_or(txn.commit_time_ms, |us| us / 1000), Relaxed);
+        stats.transaction_read(&txn.position, txn.heartbeat_us.map_or(txn.commit_time_ms, |us| us / 1000));
         tokio::select! {
             r = async {
                 txn.budget = budget.acquire(txn.rows.memory_bytes()).await;

@@ -53,9 +53,23 @@ pub struct SourceStats {
     /// Transactions passed on and not yet acknowledged (the checkpoint task subtracts; reset
     /// when a tenure's tasks start).
     pub in_flight: std::sync::atomic::AtomicI64,
-    /// Commit time of the last transaction passed on, Unix ms.
-    pub read_commit_ms: std::sync::atomic::AtomicU64,
     /// The reader is at the end of the binlog: the primary sent a replication heartbeat (it
     /// sends one only after `source.heartbeat_ms` without events) since the last transaction.
     pub at_end: std::sync::atomic::AtomicBool,
+    /// The end position and commit time (Unix ms; the heartbeat row's `NOW(6)` for a
+    /// heartbeat) of the last transaction passed on.
+    read: std::sync::Mutex<Option<(SourcePosition, u64)>>,
+}
+
+impl SourceStats {
+    /// The reader passes on the transaction ending at `position`, committed at
+    /// `commit_time_ms`: the `read` position of the monitor's lag and position gauges.
+    pub fn transaction_read(&self, position: &SourcePosition, commit_time_ms: u64) {
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some((position.clone(), commit_time_ms));
+    }
+
+    /// The end position and commit time (Unix ms) of the last transaction passed on.
+    pub fn last_read(&self) -> Option<(SourcePosition, u64)> {
+        self.read.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }

@@ -155,6 +155,22 @@ pub async fn binary_logs(conn: &mut Conn) -> Result<Vec<String>, Error> {
     Ok(rows.into_iter().map(|r| r.get::<String, _>(0).unwrap_or_default()).collect())
 }
 
+/// Binlog files the server still has with their sizes in bytes (SHOW BINARY LOGS: `Log_name`,
+/// `File_size`), oldest first. The last file's size is the primary's current offset in it.
+pub async fn binary_log_sizes(conn: &mut Conn) -> Result<Vec<(String, u64)>, Error> {
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOGS"))?;
+    Ok(rows.into_iter().map(|r| (r.get::<String, _>(0).unwrap_or_default(), r.get::<u64, _>(1).unwrap_or_default())).collect())
+}
+
+/// Binlog bytes from `from` to the end of the newest file in `logs` (from
+/// [`binary_log_sizes`]): what a reader at `from` still has to read. `None` when `from`'s file
+/// is not among `logs` (purged, or another server's).
+pub fn bytes_behind(logs: &[(String, u64)], from: &BinlogPosition) -> Option<u64> {
+    let i = logs.iter().position(|(f, _)| *f == from.file)?;
+    let rest: u64 = logs[i + 1..].iter().map(|(_, size)| size).sum();
+    Some(logs[i].1.saturating_sub(from.pos) + rest)
+}
+
 /// Errors with [`DefiniteError::PositionGone`] unless the file of `position` is among `logs`
 /// (from [`binary_logs`]); `origin` says where the position came from (`source.start`,
 /// `--from`, `the checkpoint`), so the operator knows what to change.

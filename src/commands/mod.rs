@@ -8,9 +8,11 @@
 //! | [`decode`] | `binval decode`: a binlog file as JSON lines |
 //! | [`replay`] | `binval replay`: re-apply a binlog range through the fenced writes |
 //! | [`republish`] | `binval republish`: publish a past range of invalidation events again |
+//! | [`status`] | `binval status`: leader, positions, lag, checkpoint and lease holder of a source |
 
 pub mod check;
 pub mod decode;
 pub mod replay;
 pub mod republish;
 pub mod run;
+pub mod status;

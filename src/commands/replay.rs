@@ -78,6 +78,10 @@ pub struct ReplayCli {
     /// before --from) or `none` (start with the configured names).
     #[arg(long, value_parser = ["checkpoint", "none"])]
     pub renames: Option<String>,
+    /// Serve Prometheus metrics (replay progress: binval_replay_*) and /healthz on this
+    /// ip:port while replaying (not `metrics.listen`: a live `binval run` may hold it).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
 }
 
 /// What `binval replay` was asked to do.
@@ -142,7 +146,13 @@ impl ReplayArgs {
 /// `binval replay` from the command line: validate, replay until done or Ctrl-C, print the
 /// dry-run lines and the summary (one JSON line each) on stdout.
 pub async fn cli(cfg: Config, cli: ReplayCli) -> Result<(), Error> {
+    let listen = cli.metrics_listen.clone();
     let args = ReplayArgs::from_cli(&cfg, cli)?;
+    if let Some(l) = &listen {
+        crate::telemetry::serve(l, &[("source", cfg.source.name.as_str())])
+            .await
+            .map_err(|e| Error::config("--metrics-listen", e.replace("metrics.listen", "--metrics-listen")))?;
+    }
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;
@@ -350,6 +360,9 @@ async fn replay_range(
     summary: &mut ReplaySummary,
     last: &mut Option<SourcePosition>,
 ) -> Result<(), Error> {
+    if let StartPoint::Binlog(p) = &range.to {
+        replay_position("end", &p.file, p.pos);
+    }
     loop {
         let next = tokio::select! {
             t = txn_rx.recv() => t,
@@ -375,6 +388,7 @@ async fn replay_range(
         summary.changed += o.changed;
         summary.unchanged += o.unchanged;
         summary.events += o.events_acked;
+        replay_metrics(&o, &position);
         progress.set_message(format!(
             "{} transactions, {} key changes ({} changed, {} unchanged), at {}",
             summary.transactions, summary.key_changes, summary.changed, summary.unchanged, position
@@ -383,6 +397,24 @@ async fn replay_range(
             return Ok(());
         }
     }
+}
+
+/// Progress of one replayed transaction as `binval_replay_*` metrics (see `telemetry`).
+fn replay_metrics(o: &crate::write::apply::TxnOutcome, at: &SourcePosition) {
+    use crate::telemetry::names;
+    metrics::counter!(names::REPLAY_TRANSACTIONS).increment(1);
+    metrics::counter!(names::REPLAY_KEY_CHANGES, "result" => "changed").increment(o.changed);
+    metrics::counter!(names::REPLAY_KEY_CHANGES, "result" => "unchanged").increment(o.unchanged);
+    metrics::counter!(names::REPLAY_EVENTS).increment(o.events_acked);
+    replay_position("read", &at.file, at.pos);
+}
+
+fn replay_position(which: &'static str, file: &str, pos: u64) {
+    use crate::telemetry::names;
+    if let Some(i) = binval_protocol::file_index(file) {
+        metrics::gauge!(names::REPLAY_FILE_INDEX, "position" => which).set(i as f64);
+    }
+    metrics::gauge!(names::REPLAY_POSITION, "position" => which).set(pos as f64);
 }
 
 /// `txn` lies after the end of the range (exclusive of it).

@@ -136,9 +136,12 @@ impl CheckpointStoreImpl {
         };
         match text {
             None => Ok(None),
-            Some(t) => serde_json::from_str(&t)
-                .map(Some)
-                .map_err(|e| DefiniteError::BadCheckpoint { location: loc, message: e.to_string() }.into()),
+            Some(t) => {
+                let cp: Checkpoint =
+                    serde_json::from_str(&t).map_err(|e| DefiniteError::BadCheckpoint { location: loc, message: e.to_string() })?;
+                crate::telemetry::checkpoint_recorded(&cp.file, cp.pos, cp.saved_at_ms);
+                Ok(Some(cp))
+            }
         }
     }
 
@@ -171,6 +174,7 @@ impl CheckpointStoreImpl {
                     .map_err(|e| file_error(&loc, e))?
             }
         }
+        crate::telemetry::checkpoint_recorded(&cp.file, cp.pos, cp.saved_at_ms);
         Ok(())
     }
 }

@@ -122,7 +122,7 @@ impl CheckpointTask {
         }
         if let Some(us) = p.heartbeat_us {
             let now_us = now_ms.saturating_mul(1000);
-            metrics::gauge!(names::HEARTBEAT_LAG_S).set(now_us.saturating_sub(us) as f64 / 1e6);
+            metrics::gauge!(names::HEARTBEAT_LAG).set(now_us.saturating_sub(us) as f64 / 1e6);
             self.stats.heartbeat_acked(us);
         }
         self.stats.acked(&position, p.transactions, p.commit_time_ms);

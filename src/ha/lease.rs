@@ -86,6 +86,29 @@ pub fn fencing_token_key(name: &str) -> String {
     format!("binval:{{{name}}}:fence")
 }
 
+/// Who holds the lease of a source now, as read by [`read_holder`] (`binval status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseHolder {
+    /// The holder id (`host-pid-random`) of the active instance.
+    pub holder: String,
+    /// The fencing token of its tenure.
+    pub fencing_token: u64,
+    /// Milliseconds until the lease expires unless renewed.
+    pub ttl_ms: i64,
+}
+
+/// Read the lease of source `name` (`GET` and `PTTL` of [`lease_key`]); `None` when no
+/// instance holds it. Errors are transient Redis errors naming the key.
+pub async fn read_holder(conn: &RedisConn, name: &str) -> Result<Option<LeaseHolder>, Error> {
+    let key = lease_key(name);
+    let mut c = conn.clone();
+    let value: Option<String> = c.get(&key).await.map_err(|e| redis_error(format!("GET {key}: {e}")))?;
+    let Some(value) = value else { return Ok(None) };
+    let ttl_ms: i64 = c.query(redis::cmd("PTTL").arg(&key)).await.map_err(|e| redis_error(format!("PTTL {key}: {e}")))?;
+    let (holder, token) = value.rsplit_once(' ').unwrap_or((value.as_str(), "0"));
+    Ok(Some(LeaseHolder { holder: holder.to_string(), fencing_token: token.parse().unwrap_or(0), ttl_ms }))
+}
+
 /// A held lease: the fencing token to put on every write.
 #[derive(Debug, Clone)]
 pub struct Lease {
@@ -112,7 +135,7 @@ impl Lease {
         let (tok, who, ttl): (String, String, i64) = c
             .eval(ACQUIRE, &[lease_key(name), fencing_token_key(name)], &[holder.to_string(), lease_ms.to_string()])
             .await
-            .map_err(|e| TransientError::Redis(format!("lease {}: {e}", lease_key(name))))?;
+            .map_err(|e| redis_error(format!("lease {}: {e}", lease_key(name))))?;
         let token: u64 = tok.parse().unwrap_or(0);
         if token == 0 {
             return Ok(Err((who, ttl)));
@@ -132,10 +155,13 @@ impl Lease {
         loop {
             match Self::try_acquire(conn, name, holder, lease_ms).await? {
                 Ok(l) => {
+                    crate::telemetry::health().became_leader(l.fencing_token);
                     tracing::info!(source = name, fencing_token = l.fencing_token, holder, "lease acquired: this instance is active");
                     return Ok(Some(l));
                 }
                 Err((other, ttl)) => {
+                    crate::telemetry::health().became_standby();
+                    crate::telemetry::health().lease_checked();
                     if !logged {
                         tracing::info!(source = name, active = %other, lease_ttl_ms = ttl, "another instance is active; waiting as standby");
                         logged = true;
@@ -159,12 +185,13 @@ impl Lease {
         let n: i64 = c
             .eval(RENEW, &[lease_key(&self.name)], &[self.value(), self.lease_ms.to_string()])
             .await
-            .map_err(|e| TransientError::Redis(format!("lease renew: {e}")))?;
+            .map_err(|e| redis_error(format!("lease renew: {e}")))?;
         Ok(n == 1)
     }
 
     /// Give the lease up (clean shutdown), so a standby takes over at once.
     pub async fn release(&self, conn: &RedisConn) {
+        crate::telemetry::health().became_standby();
         let mut c = conn.clone();
         if let Err(e) = c.eval::<i64>(RELEASE, &[lease_key(&self.name)], &[self.value()]).await {
             tracing::warn!(error = %e, "lease release failed; a standby takes over when it expires");
@@ -182,17 +209,22 @@ impl Lease {
                 _ = stop.wait_for(|v| *v) => return Ok(()),
             }
             match self.renew(&conn).await {
-                Ok(true) => last_ok = tokio::time::Instant::now(),
+                Ok(true) => {
+                    last_ok = tokio::time::Instant::now();
+                    crate::telemetry::health().lease_checked();
+                }
                 Ok(false) => {
+                    crate::telemetry::health().became_standby();
                     return Err(TransientError::LeaseLost {
                         source_name: self.name.clone(),
                         message: "another instance holds it now".into(),
                     }
-                    .into())
+                    .into());
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "lease renewal failed");
                     if last_ok.elapsed() >= Duration::from_millis(self.lease_ms) {
+                        crate::telemetry::health().became_standby();
                         return Err(TransientError::LeaseLost {
                             source_name: self.name.clone(),
                             message: format!("not renewed for {} ms ({e})", self.lease_ms),
@@ -203,4 +235,10 @@ impl Lease {
             }
         }
     }
+}
+
+/// A failed lease command: transient, counted in `binval_errors_total`.
+fn redis_error(message: String) -> TransientError {
+    crate::telemetry::error_classified("redis", false);
+    TransientError::Redis(message)
 }

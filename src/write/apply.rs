@@ -379,7 +379,7 @@ impl Writer {
         let t = Instant::now();
         let positions = group.positions();
         let applied = self.apply_batch(&group.changes, &positions).await?;
-        metrics::histogram!(names::REDIS_APPLY_MS).record(t.elapsed().as_secs_f64() * 1000.0);
+        metrics::histogram!(names::REDIS_APPLY_SECONDS).record(t.elapsed().as_secs_f64());
         let noop = applied.iter().filter(|a| !moved(a)).count();
         if noop > 0 {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
@@ -599,8 +599,7 @@ pub async fn apply_loop(
         stats.applied(n, o.rows, o.key_changes);
         metrics::counter!(names::TRANSACTIONS).increment(n);
         metrics::counter!(names::ROWS).increment(o.rows);
-        metrics::histogram!(names::APPLY_GROUP_TRANSACTIONS).record(n as f64);
-        metrics::histogram!(names::APPLY_GROUP_KEYS).record(o.key_changes as f64);
+        crate::telemetry::group_applied(n, o.key_changes);
         if acks.send(Pending::of(&mut group.txns, o.deliveries)).await.is_err() {
             return Ok(());
         }

@@ -22,11 +22,16 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use crate::config::KafkaConfig;
 use crate::error::{classify_kafka, kafka_is_definite, Error, TransientError};
 
+/// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
+const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
+
 /// The invalidation event producer.
 pub struct KafkaSink {
     producer: FutureProducer,
     topic: String,
     create_topic: bool,
+    /// `queue.buffering.max.messages`: how many events the producer holds before enqueue waits.
+    queue_capacity: usize,
 }
 
 impl KafkaSink {
@@ -56,12 +61,25 @@ impl KafkaSink {
             .await
             .expect("metadata task")
             .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic)))?;
-        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic })
+        let queue_capacity =
+            cfg.properties.get("queue.buffering.max.messages").and_then(|v| v.parse().ok()).unwrap_or(LIBRDKAFKA_QUEUE_MESSAGES);
+        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic, queue_capacity })
     }
 
     /// Topic events go to.
     pub fn topic(&self) -> &str {
         &self.topic
+    }
+
+    /// The producer's queue as the `checkpoint` stage of `binval_queue_depth`: events enqueued
+    /// and not yet acknowledged (librdkafka's `rd_kafka_outq_len`), out of
+    /// `queue.buffering.max.messages`.
+    pub fn queue_probe(&self) -> crate::telemetry::QueueProbe {
+        let (producer, capacity) = (self.producer.clone(), self.queue_capacity);
+        crate::telemetry::QueueProbe {
+            stage: crate::telemetry::stage::CHECKPOINT,
+            fill: Box::new(move || Some((producer.in_flight_count().max(0) as usize, capacity))),
+        }
     }
 
     /// Enqueue one event; waits while the local producer queue is full. Errors per
@@ -103,7 +121,10 @@ impl KafkaSink {
     /// per event.
     pub async fn delivered(&self, key: &str, delivery: DeliveryFuture) -> Result<(), Error> {
         match delivery.await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(d)) => {
+                crate::telemetry::kafka_delivered(d.timestamp.to_millis());
+                Ok(())
+            }
             Ok(Err((e, _))) => {
                 Err(classify_kafka(&e, key, &self.topic, self.create_topic, &format!("delivery of event for key {key} failed")))
             }

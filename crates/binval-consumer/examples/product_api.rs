@@ -48,7 +48,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use binval_consumer::{CacheMode, Consumer, ConsumerError};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 #[derive(Clone)]
 struct App {
@@ -190,7 +190,12 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    let prometheus = PrometheusBuilder::new().install_recorder().context("install the Prometheus recorder")?;
+    // Buckets for the consumer's histograms, so the app dashboard's quantiles work.
+    let mut builder = PrometheusBuilder::new();
+    for (name, buckets) in binval_consumer::HISTOGRAM_BUCKETS {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets).context("histogram buckets")?;
+    }
+    let prometheus = builder.install_recorder().context("install the Prometheus recorder")?;
     let key_prefix = env("BINVAL_KEY_PREFIX").unwrap_or_else(|| "item:detail:".into());
     let max_staleness = match env_or("BINVAL_MAX_STALENESS_MS", 2000u64)? {
         0 => None,

@@ -248,6 +248,11 @@ impl HotKeys {
             metrics::gauge!("binval_consumer_hot_key_reads_per_sec", "key" => h.key.clone()).set(h.reads_per_sec);
         }
         metrics::gauge!("binval_consumer_hot_keys").set(top.iter().filter(|h| h.hot).count() as f64);
+        // The bounded view (K series whatever the churn): the rate at each rank of the top K.
+        for rank in 0..self.s.top_k {
+            let rate = top.get(rank).map(|h| h.reads_per_sec).unwrap_or(0.0);
+            metrics::gauge!("binval_consumer_hot_key_rank_reads_per_sec", "rank" => (rank + 1).to_string()).set(rate);
+        }
         *published = top.iter().map(|h| h.key.clone()).collect();
         top
     }

@@ -437,10 +437,23 @@
 //! | `binval_consumer_stream_lag_ms` | gauge | the fail safe's lag: ms since the newest confirmed watermark observation |
 //! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
+//! | `binval_consumer_hot_key_rank_reads_per_sec{rank}` | gauge | estimated read rate of the key at rank 1..K of the top K (0 for an empty rank): K series whatever the churn |
+//! | `binval_consumer_partition_lag_messages{partition}` | gauge | messages between the listener's position and the partition's high watermark, at each watermark observation of the fail safe (every quarter of `max_staleness`) |
+//! | `binval_consumer_redis_reads_total{master, command}` | counter | Redis reads of fills per master (`host:port`; Cluster: by the slot map, see below) and `command` (`version`: `GET K:ver`, `replica`: `HMGET K:rN`) |
 //!
 //! The hot-key gauges are set once per hot-key window by the listener thread and on every
-//! [`Consumer::hot_keys`] call; at most K `key` labels are non-zero at any time (a key that
-//! left the top K stays exported at 0, so the label set grows with the churn of hot keys).
+//! [`Consumer::hot_keys`] call. The `rank` gauge is the bounded view (K series), for
+//! dashboards and alerts; the `key` gauge names the keys: at most K `key` labels are non-zero
+//! at any time, but a key that left the top K stays exported at 0, so its label set grows with
+//! the churn of hot keys (show it as an instant table, `... > 0`, rather than as a series).
+//!
+//! Per-master reads: a Cluster connection does not say which master served a command, so the
+//! consumer keeps its own slot map (`CLUSTER SLOTS` at build time and at most every 30 s after)
+//! and counts each read under the master of the key's hash slot; the labels are bounded by the
+//! cluster's masters.
+//!
+//! Histograms are exported as the recorder is configured: with [`HISTOGRAM_BUCKETS`] they
+//! have buckets, which `deploy/grafana/binval-consumer.json` uses.
 //!
 //! # Not yet
 //!
@@ -455,6 +468,7 @@ mod front;
 mod hot;
 mod listener;
 mod loader;
+mod masters;
 mod read;
 mod redis_conn;
 mod single_flight;
@@ -468,4 +482,4 @@ pub use hot::HotKey;
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
-pub use stats::Stats;
+pub use stats::{Stats, HISTOGRAM_BUCKETS};

@@ -358,7 +358,14 @@ impl<'a> Listener<'a> {
     fn take_from_checker(&mut self) {
         loop {
             match self.from_checker.try_recv() {
-                Ok(FromChecker::Observed(o)) => self.pending.push(o),
+                Ok(FromChecker::Observed(o)) => {
+                    for (&p, &high) in &o.highs {
+                        let next = self.next_offset.get(&p).copied().unwrap_or(high);
+                        metrics::gauge!("binval_consumer_partition_lag_messages", "partition" => p.to_string())
+                            .set((high - next).max(0) as f64);
+                    }
+                    self.pending.push(o)
+                }
                 Ok(FromChecker::NewPartitions(new)) => {
                     for &(p, low) in &new {
                         self.next_offset.entry(p).or_insert(low);

@@ -11,6 +11,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 
 use crate::error::ConsumerError;
+use crate::masters::{MasterReads, Read};
 
 /// Where the suffix replicas and version tokens live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,9 +22,16 @@ pub enum RedisTarget {
     Cluster(Vec<String>),
 }
 
-/// A connection to either kind of Redis. Both variants are cheap to clone (shared, multiplexed).
+/// A connection to either kind of Redis, with its per-master read counters. Cheap to clone
+/// (shared, multiplexed).
 #[derive(Clone)]
-pub(crate) enum RedisConn {
+pub(crate) struct RedisConn {
+    conn: Conn,
+    reads: std::sync::Arc<MasterReads>,
+}
+
+#[derive(Clone)]
+enum Conn {
     /// Reconnects by itself after a connection loss; commands are not retried.
     Standalone(ConnectionManager),
     /// Routes each key to its slot's master; follows at most one MOVED/ASK redirect.
@@ -49,7 +57,7 @@ impl RedisConn {
                     .set_number_of_retries(1);
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, ConnectionManager::new_with_config(client, config)).await {
-                    Ok(Ok(m)) => Ok(RedisConn::Standalone(m)),
+                    Ok(Ok(m)) => Ok(RedisConn { conn: Conn::Standalone(m), reads: std::sync::Arc::new(MasterReads::standalone(url)) }),
                     Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
                 }
@@ -67,7 +75,10 @@ impl RedisConn {
                     .map_err(|e| ConsumerError::Config { field: "redis_cluster", reason: format!("{urls:?}: {e}") })?;
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, client.get_async_connection()).await {
-                    Ok(Ok(c)) => Ok(RedisConn::Cluster(c)),
+                    Ok(Ok(c)) => {
+                        let reads = MasterReads::cluster(c.clone()).await;
+                        Ok(RedisConn { conn: Conn::Cluster(c), reads: std::sync::Arc::new(reads) })
+                    }
                     Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
                 }
@@ -79,10 +90,11 @@ impl RedisConn {
     pub(crate) async fn get(&self, key: &str, timeout: Duration) -> Result<Option<Vec<u8>>, ConsumerError> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(key);
+        self.reads.count(key, Read::Version);
         let fut = async {
-            match self {
-                RedisConn::Standalone(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
-                RedisConn::Cluster(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
+            match &self.conn {
+                Conn::Standalone(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
+                Conn::Cluster(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
             }
         };
         let after_ms = timeout.as_millis() as u64;
@@ -100,10 +112,11 @@ impl RedisConn {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key).arg(FIELD_DATA).arg(FIELD_TOMBSTONE);
         type Reply = (Option<Vec<u8>>, Option<Vec<u8>>);
+        self.reads.count(key, Read::Replica);
         let fut = async {
-            match self {
-                RedisConn::Standalone(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
-                RedisConn::Cluster(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
+            match &self.conn {
+                Conn::Standalone(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
+                Conn::Cluster(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
             }
         };
         let after_ms = timeout.as_millis() as u64;

@@ -248,7 +248,7 @@ pub(crate) struct SharedSettings {
 impl Shared {
     pub(crate) fn new(s: SharedSettings) -> Self {
         let (notices, _) = broadcast::channel(s.notice_capacity.max(1));
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::registered());
         counters.serving_local(true);
         let limits = s.limits;
         let stale: Option<Cache<String, Arc<str>>> =

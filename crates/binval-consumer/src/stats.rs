@@ -4,6 +4,23 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Suggested histogram buckets per histogram of this crate (`(metric name, upper bounds)`),
+/// for recorders that export histograms with buckets, so dashboards can use
+/// `histogram_quantile` (`deploy/grafana/binval-consumer.json` does):
+///
+/// ```no_run
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+/// let mut b = PrometheusBuilder::new();
+/// for (name, buckets) in binval_consumer::HISTOGRAM_BUCKETS {
+///     b = b.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets).unwrap();
+/// }
+/// let handle = b.install_recorder().unwrap(); // before Consumer::build()
+/// ```
+pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(
+    "binval_consumer_invalidation_lag_ms",
+    &[1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0],
+)];
+
 /// A snapshot of the consumer's counters, all counted since `build()`. Serializes (serde) as
 /// a flat object of these field names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -114,7 +131,38 @@ macro_rules! bump {
     };
 }
 
+/// Every counter of [`Counters`], registered at 0 when the consumer is built so that `rate()`
+/// and alerts see 0 rather than nothing before the first event of each kind.
+const COUNTER_NAMES: &[&str] = &[
+    "binval_consumer_hits_total",
+    "binval_consumer_misses_total",
+    "binval_consumer_bypass_reads_total",
+    "binval_consumer_fills_total",
+    "binval_consumer_fills_refused_total",
+    "binval_consumer_events_total",
+    "binval_consumer_evictions_total",
+    "binval_consumer_bad_messages_total",
+    "binval_consumer_coalesced_total",
+    "binval_consumer_limiter_rejections_total",
+    "binval_consumer_stale_served_total",
+    "binval_consumer_uncached_reads_total",
+    "binval_consumer_tombstones_total",
+    "binval_consumer_loader_fills_total",
+    "binval_consumer_loader_errors_total",
+    "binval_consumer_refreshes_total",
+    "binval_consumer_capacity_evictions_total",
+    "binval_consumer_expirations_total",
+];
+
 impl Counters {
+    /// New counters, each registered with the installed recorder at 0.
+    pub(crate) fn registered() -> Self {
+        for name in COUNTER_NAMES {
+            metrics::counter!(*name).increment(0);
+        }
+        Counters::default()
+    }
+
     #[inline]
     pub(crate) fn hit(&self) {
         self.hits.fetch_add(1, Relaxed);
