@@ -10,14 +10,13 @@
 //! | 1 | [`binlog::server`] | connect, preflight of the binlog settings, binary logs, schema checks |
 //! | 2 | [`binlog::resume`], [`binlog::reader`] | where reading starts; the replica connection with heartbeats and reconnects |
 //! | 3 | [`binlog::framing`] | events as stored -> events to handle (MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, the TABLE_MAP cache), shared with the offline reader |
-//! | 4 | [`binlog::decode`] | row events -> rows with named columns and canonical JSON values |
-//! | 5 | [`binlog::ddl`], [`binlog::txn`] | table DDL on mapped tables; rows grouped by transaction, only committed ones go on |
-//! | 6 | [`mapping`] | rows of `schema.table` -> logical key changes, one per key per transaction |
-//! | 7 | [`write::apply`] | one transaction applied (used by `run` and `replay`): the next three steps in order |
-//! | 7a | [`write::fence`] | the transaction's fence position: the order every write is checked against |
-//! | 7b | [`write::redis_sink`] | every suffix replica, then the version token, fenced |
-//! | 7c | [`write::kafka_sink`] | one invalidation event per key change |
-//! | 8 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged |
+//! | 4 | [`binlog::ddl`], [`binlog::row_events`], [`binlog::txn`] | table DDL on mapped tables; row events held raw (in memory, then in a temporary file) and grouped by transaction, only committed ones go on |
+//! | 5 | [`write::group`] | every transaction already read as one group (or a large one alone, in chunks), decoded by [`binlog::decode`] (canonical JSON values) and mapped by [`mapping`] to one change per key |
+//! | 6 | [`write::apply`] | a group applied (`run`; one transaction for `replay`): the next three steps in order |
+//! | 6a | [`write::fence`] | each transaction's fence position: the order every write is checked against |
+//! | 6b | [`write::redis_sink`] | every suffix replica, then the version tokens, fenced, one pipeline per Redis master per step ([`redis_conn::RedisConn::run_batch`]) |
+//! | 6c | [`write::kafka_sink`] | one invalidation event per key |
+//! | 7 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged a whole group |
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
 //! | - | [`monitor`] | `binval run`'s gauges sampled once a second from the pipeline's state: lag, positions, queues, readiness |
@@ -51,7 +50,9 @@
 //! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
 //!   writes and events were all acknowledged; [`binlog::reader`] resumes from the end of the last
 //!   whole transaction.
-//! * I6 bounded memory: bounded channels between the tasks of [`pipeline`].
+//! * I6 bounded memory: bounded channels and a memory budget between the tasks of [`pipeline`];
+//!   raw row events spilled past a limit ([`binlog::row_events`]); large transactions in chunks
+//!   ([`write::group`]).
 //! * I7 bad input: [`config`] errors name the field, decode errors name the binlog position,
 //!   [`error`] classifies MySQL, Redis and Kafka failures.
 //!

@@ -228,7 +228,7 @@ async fn dashboards_and_alerts_select_live_series_and_probes_follow_the_lease() 
     assert_eq!(value(&samples, "binval_source_connected", None), Some(1.0));
     assert!(value(&samples, "binval_fencing_token", None).unwrap() > 0.0);
     assert!(value(&samples, "binval_transactions_total", None).unwrap() >= UPDATES as f64);
-    assert_eq!(value(&samples, "binval_queue_capacity", Some(("stage", "source"))), Some(256.0));
+    assert_eq!(value(&samples, "binval_queue_capacity", Some(("stage", "source"))), Some(binval::pipeline::TXN_CHANNEL as f64));
     let gtid = value(&samples, "binval_gtid_sequence", Some(("position", "acked"))).expect("acked GTID sequence (MariaDB)");
     assert_eq!(gtid, v2 as f64, "the last acknowledged transaction's GTID sequence");
     assert!(
