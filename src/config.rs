@@ -121,7 +121,9 @@ pub struct SourceConfig {
     #[serde(default = "default_source_name")]
     pub name: String,
     /// `mysql://user:password@host:port` of a user with REPLICATION SLAVE and REPLICATION CLIENT
-    /// (MariaDB: also BINLOG MONITOR) and SELECT.
+    /// (MariaDB: also BINLOG MONITOR) and SELECT. binval connects to that host and port over
+    /// TCP, also on the server's own machine (`?prefer_socket=true` switches to the server's Unix
+    /// socket, `?socket=/path` names one): see `binlog::server::source_opts`.
     pub url: String,
     /// server_id binval announces as a replica; must differ from every server and replica in the
     /// replication topology (MySQL/MariaDB reject duplicates).

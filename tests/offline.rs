@@ -237,3 +237,35 @@ fn unknown_event_types_are_not_passed_over() {
     let (_, l) = read("bug40482-bin.000001");
     assert!(l.iter().any(|e| e["event"] == "INCIDENT_EVENT" && e["incident"].is_string()), "incident reported");
 }
+
+/// The binlog file and position where `db` writes next.
+fn mariadb_now(db: &binval_testkit::MariaDb) -> (PathBuf, u64) {
+    let status = db.sql("SHOW MASTER STATUS").unwrap();
+    let mut it = status.split('\t');
+    (db.datadir.join(it.next().unwrap()), it.next().unwrap().trim().parse().unwrap())
+}
+
+#[test]
+fn a_start_that_is_not_an_event_boundary_is_named_as_such() {
+    // Issue #12 (6): `decode --start` in the middle of an event read the bytes there as an event
+    // header and reported "truncated event of 673207109 bytes".
+    let db = binval_testkit::mariadb();
+    let name = db.create_database("boundary").unwrap();
+    let (file, pos) = mariadb_now(db);
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT); INSERT INTO `{name}`.t VALUES (1, REPEAT('x', 300));")).unwrap();
+    let mut lines = Vec::new();
+    read_file(&file, Some(pos), None, |l| lines.push(l)).unwrap();
+    let ev = lines.iter().find(|l| l.get("rows").is_some()).expect("a row event");
+    let (at, end) = (ev["pos"].as_u64().unwrap(), ev["next_pos"].as_u64().unwrap());
+    let e = read_file(&file, Some(at + 11), None, |_| {}).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("position {} is not an event boundary", at + 11)) && e.contains(&at.to_string()) && e.contains(&end.to_string()),
+        "{e}"
+    );
+    let len = std::fs::metadata(&file).unwrap().len();
+    let e = read_file(&file, Some(len + 100), None, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("beyond the end of the file"), "{e}");
+    // At a boundary, reading works as before.
+    assert!(read_file(&file, Some(at), None, |_| {}).is_err(), "a row event without its TABLE_MAP is still refused");
+    assert!(read_file(&file, Some(pos), Some(end), |_| {}).is_ok());
+}

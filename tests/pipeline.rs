@@ -549,3 +549,23 @@ async fn online_schema_change_cut_over_comments_and_create_or_replace_keep_keys_
     let m = e.to_string();
     assert!(m.contains("key column") && m.contains("id") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_in_the_source_url_connects_over_tcp() {
+    // Issue #12 (6): mysql_async's `prefer_socket` default switched a `mysql://user@127.0.0.1`
+    // connection to the server's Unix socket behind the operator's back (a proxy or firewall
+    // on the TCP port was bypassed). The host of the URL is used unless the URL asks otherwise.
+    use mysql_async::prelude::Queryable;
+    let host_of = |url: String| async move {
+        let cfg: binval::config::SourceConfig = serde_json::from_value(json!({"url": url, "server_id": 1})).unwrap();
+        let mut c = binval::binlog::server::connect(&cfg).await.unwrap();
+        let host: String = c.query_first("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").await.unwrap().unwrap();
+        c.disconnect().await.ok();
+        host
+    };
+    let url = tk::mariadb().root_url();
+    let host = host_of(url.clone()).await;
+    assert!(host.starts_with("127.0.0.1:"), "connected over TCP: {host}");
+    let host = host_of(format!("{url}?prefer_socket=true")).await;
+    assert_eq!(host, "localhost", "prefer_socket=true in the URL still asks for the socket");
+}

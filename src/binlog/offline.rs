@@ -16,7 +16,7 @@
 //! reader's own is reading the file (event lengths, CRC32 checksums) and the JSON lines.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
@@ -51,6 +51,13 @@ pub enum OfflineError {
     /// An event could not be parsed (bad checksum, impossible length, bad body).
     #[error("{file}: corrupt event at position {pos}: {detail}")]
     Corrupt { file: String, pos: u64, detail: String },
+    /// A start position that is not where an event begins (`decode --start` in the middle of
+    /// an event): the event at `before` runs to `after`.
+    #[error("{file}: position {pos} is not an event boundary (the event at {before} ends at {after}): start at {before} or {after}")]
+    NotABoundary { file: String, pos: u64, before: u64, after: u64 },
+    /// A start position past the end of the file (`len` bytes).
+    #[error("{file}: position {pos} is beyond the end of the file ({len} bytes)")]
+    BeyondEnd { file: String, pos: u64, len: u64 },
     /// A row could not be decoded exactly.
     #[error("{file}: at position {pos}: {source}")]
     Decode {
@@ -100,9 +107,10 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
         let here = pos;
         pos += size;
         if skipping {
-            // The FORMAT_DESCRIPTION at 4 has been read; jump to the requested start.
+            // The FORMAT_DESCRIPTION at 4 has been read; go to the requested start, from event
+            // header to event header, so a start inside an event is named as such.
             skipping = false;
-            f.seek(SeekFrom::Start(start)).map_err(io)?;
+            skip_to_boundary(&mut f, &file, pos, start, len)?;
             pos = start;
             continue;
         }
@@ -114,6 +122,37 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
     }
     sum.end_pos = pos;
     Ok(sum)
+}
+
+/// Walk the event headers from `pos` (just after the FORMAT_DESCRIPTION) to `start`: errors
+/// when `start` lies inside an event or past the end of the file (`len` bytes). Leaves `f` at
+/// `start`.
+fn skip_to_boundary(f: &mut BufReader<File>, file: &str, mut pos: u64, start: u64, len: u64) -> Result<(), OfflineError> {
+    let io = |e: std::io::Error| OfflineError::Io { file: file.to_string(), source: e };
+    if start > len {
+        return Err(OfflineError::BeyondEnd { file: file.to_string(), pos: start, len });
+    }
+    let mut header = [0u8; HEADER_LEN];
+    while pos < start {
+        if len - pos < HEADER_LEN as u64 {
+            return Err(OfflineError::Truncated {
+                file: file.to_string(),
+                pos,
+                detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos),
+            });
+        }
+        f.read_exact(&mut header).map_err(io)?;
+        let size = u32::from_le_bytes(header[9..13].try_into().expect("4 bytes")) as u64;
+        if size < HEADER_LEN as u64 {
+            return Err(OfflineError::Corrupt { file: file.to_string(), pos, detail: format!("event length {size} is shorter than its header") });
+        }
+        if pos + size > start {
+            return Err(OfflineError::NotABoundary { file: file.to_string(), pos: start, before: pos, after: pos + size });
+        }
+        f.seek_relative((size - HEADER_LEN as u64) as i64).map_err(io)?;
+        pos += size;
+    }
+    Ok(())
 }
 
 /// Read the event at `pos` (`len`: the file's length): its header, then the rest of its
