@@ -569,3 +569,26 @@ async fn a_host_in_the_source_url_connects_over_tcp() {
     let host = host_of(format!("{url}?prefer_socket=true")).await;
     assert_eq!(host, "localhost", "prefer_socket=true in the URL still asks for the socket");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_long_unique_hash_columns_stay_out_of_the_payload() {
+    // Issue #12 (4): a UNIQUE key on a TEXT column makes MariaDB add a hidden column
+    // `DB_ROW_HASH_1` (SELECT * does not show it), which the binlog carries; it was in every
+    // payload. A user's own column of that name is kept.
+    let env = Env::new("rowhash", RedisKind::Standalone);
+    env.exec("CREATE TABLE t (id INT PRIMARY KEY, body TEXT, UNIQUE KEY (body))").await;
+    env.exec("CREATE TABLE u (id INT PRIMARY KEY, DB_ROW_HASH_1 BIGINT, b TEXT, UNIQUE KEY (b))").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n\n[[mappings]]\ntable = \"{db}.u\"\nkeys = [\"{p}:u:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    env.exec("INSERT INTO t VALUES (1, 'hello')").await;
+    let v = env.exec_v("INSERT INTO u VALUES (1, 42, 'world')").await;
+    let mut r = env.redis_client();
+    let (kt, ku) = (format!("{}:t:1", env.prefix), format!("{}:u:1", env.prefix));
+    assert_eq!(block(|| r.wait_version(&ku, v)), v);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&kt, 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "body": "hello"}), "the hidden hash column is not in the payload");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&ku, 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "DB_ROW_HASH_1": 42, "b": "world"}), "the user's column is; the hidden DB_ROW_HASH_2 is not");
+    run.stop().await;
+}

@@ -81,10 +81,31 @@ pub struct Summary {
     pub end_pos: u64,
 }
 
+/// What [`read_file_with`] reads and shows.
+#[derive(Debug, Clone, Default)]
+pub struct DecodeOptions {
+    /// First event position (an event boundary); default 4, the first event.
+    pub start: Option<u64>,
+    /// Stop before this position (exclusive); default the end of the file.
+    pub stop: Option<u64>,
+    /// Show columns the server keeps for itself (MariaDB's long-UNIQUE hash columns
+    /// `DB_ROW_HASH_<n>`, see `decode::ColumnSchema::hidden`), left out by default as in the
+    /// live pipeline's payloads.
+    pub hidden_columns: bool,
+}
+
 /// Read `path` from `start` (an event boundary; default 4, the first event) to `stop`
 /// (exclusive; default end of file), calling `emit` with one JSON object per event and per
 /// row. Returns counts, or the first error with file and position.
-pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+    read_file_with(path, &DecodeOptions { start, stop, ..DecodeOptions::default() }, emit)
+}
+
+/// [`read_file`] with every option.
+///
+/// Errors: as [`read_file`]; a start inside an event ([`OfflineError::NotABoundary`]) or past
+/// the end ([`OfflineError::BeyondEnd`]).
+pub fn read_file_with(path: &Path, opts: &DecodeOptions, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
     let file = path.display().to_string();
     let io = |e: std::io::Error| OfflineError::Io { file: file.clone(), source: e };
     let mut f = BufReader::new(File::open(path).map_err(io)?);
@@ -98,8 +119,8 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
     let mut tables = TableMaps::new();
     let mut sum = Summary::default();
     let mut pos: u64 = 4;
-    let start = start.unwrap_or(4);
-    let stop = stop.unwrap_or(u64::MAX);
+    let start = opts.start.unwrap_or(4);
+    let stop = opts.stop.unwrap_or(u64::MAX);
     // The FORMAT_DESCRIPTION at 4 is always read, so a later start knows checksums and sizes.
     let mut skipping = start > 4;
     while pos < stop && pos < len {
@@ -117,7 +138,7 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
         framer.push(ev);
         for framed in framer.by_ref() {
             let framed = framed.map_err(|e| framing_error(&file, here, e))?;
-            handle(&file, here, &framed, &esr, &mut tables, &mut sum, &mut emit)?;
+            handle(&file, here, &framed, &esr, opts, &mut tables, &mut sum, &mut emit)?;
         }
     }
     sum.end_pos = pos;
@@ -246,11 +267,13 @@ fn event_name(raw: u8) -> String {
 /// Handle one framed event of the file at `pos`: one JSON line for it, and one per row of a
 /// row event. A MariaDB compressed event is decoded as the plain event it wraps and reported
 /// under its own type; the inner events of a TRANSACTION_PAYLOAD at the payload's position.
+#[allow(clippy::too_many_arguments)]
 fn handle(
     file: &str,
     pos: u64,
     framed: &Framed,
     esr: &EventStreamReader,
+    opts: &DecodeOptions,
     tables: &mut TableMaps,
     sum: &mut Summary,
     emit: &mut impl FnMut(Json),
@@ -282,9 +305,16 @@ fn handle(
             line["table_id"] = json!(tme.table_id());
             let prepare = |tme| {
                 let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
-                TableSchema::from_table_map_positional(tme, mariadb)
+                let mut t = TableSchema::from_table_map_positional(tme, mariadb)?;
+                t.keep_hidden = opts.hidden_columns;
+                Ok(t)
             };
+            let id = tme.table_id();
             tables.table_map(tme, None, prepare).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+            if tables.get(id).is_some_and(|t| !t.has_column_names && !t.columns.is_empty()) {
+                // binlog_row_metadata=MINIMAL (or MySQL < 8.0.1): positional names, no labels.
+                line["column_names"] = json!(false);
+            }
         }
         EventData::RowsEvent(rows) => return on_rows(file, pos, &rows, line, tables, sum, emit),
         // Its inner events (reported at the payload's position) follow from the framer once

@@ -169,7 +169,9 @@ fn read_image<'de>(
                 v => value_to_json(&table.name, col, v)?,
             }
         };
-        row.insert(col.name.to_string(), json);
+        if !col.hidden || table.keep_hidden {
+            row.insert(col.name.to_string(), json);
+        }
     }
     Ok(row)
 }
