@@ -56,6 +56,9 @@ pub enum DefiniteError {
     /// The start position is no longer (or never was) in the primary's binlog.
     #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end. For `run`: the checkpoint (if one exists) wins over source.start, so delete it (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file) and set source.start to a position the server has; changes in between are not replayed, so delete the cached keys of the mapped tables first. binval never silently starts from now")]
     PositionGone { position: String, message: String },
+    /// A start position an operator gave cannot be read from (see `binlog::boundary`).
+    #[error("{origin} {position} is not a place to start reading: {message}")]
+    StartPosition { origin: String, position: String, message: String },
     /// A row could not be decoded exactly.
     #[error("at binlog position {position}: {source}")]
     Decode {

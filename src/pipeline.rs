@@ -46,7 +46,7 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::binlog::reader;
+use crate::binlog::{boundary, reader};
 use crate::binlog::resume::{self, Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;
@@ -263,7 +263,13 @@ async fn prepare(
     drop(conn);
     let start = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
     let checkpoint = saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None });
-    let resume = resume::initial_resume(checkpoint, &start, &info)?;
+    let mut resume = resume::initial_resume(checkpoint, &start, &info)?;
+    if let (None, Resume::FilePos(p), StartPoint::Binlog(_)) = (&saved, &resume, &start) {
+        // An operator's position may lie inside a transaction: start at its first event.
+        server::require_binlog_file(&logs, &p.into(), "source.start")?;
+        let at = boundary::group_start(&cfg.source, &p.into(), "source.start").await?;
+        resume = Resume::FilePos(SourcePosition { file: at.file, pos: at.pos, gtid: None });
+    }
     let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let gtids = saved.as_ref().and_then(|c| c.gtid.as_deref()).map(GtidState::from_saved).unwrap_or_default();
     match (&saved, &resume) {

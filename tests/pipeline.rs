@@ -592,3 +592,44 @@ async fn mariadb_long_unique_hash_columns_stay_out_of_the_payload() {
     assert_eq!(row, json!({"id": 1, "DB_ROW_HASH_1": 42, "b": "world"}), "the user's column is; the hidden DB_ROW_HASH_2 is not");
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
+    // Issue #12 (2): `source.start = "FILE:POS"` at a row event (its TABLE_MAP just before)
+    // dropped that event's rows without a word. A start inside a transaction is moved back to
+    // the transaction's first event; a start inside an event is refused.
+    let env = Env::new("midtxn", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let before = env.binlog_now().await;
+    let v = env.exec_v("INSERT INTO items (id, title) VALUES (1, 'first'), (2, 'second')").await;
+    let at_rows = row_event_position(&before, &format!("{}.items", env.db));
+    let run = start_pipeline(&env, &at_rows, &items_mapping(1));
+    let v2 = env.exec_v("INSERT INTO items (id) VALUES (3)").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&format!("{}:item:3", env.prefix), v2)), v2);
+    assert_eq!(block(|| r.version(&format!("{}:item:1", env.prefix))), v, "the transaction the start position was in is applied whole");
+    assert_eq!(block(|| r.version(&format!("{}:item:2", env.prefix))), v);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp["file"].is_string(), "{cp}");
+
+    // The reader itself, opened there (as a checkpoint never would be), stops instead of
+    // passing the transaction on without its first rows.
+    let (file, pos) = at_rows.rsplit_once(':').unwrap();
+    let resume = binval::binlog::resume::Resume::FilePos(binval_protocol::SourcePosition { file: file.into(), pos: pos.parse().unwrap(), gtid: None });
+    let cfg = env.config(&before, &items_mapping(1));
+    let mapper = std::sync::Arc::new(binval::mapping::Mapper::new(&cfg.mappings).unwrap());
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let read = binval::binlog::reader::run(cfg.source, mapper, Default::default(), resume, tx, stop_rx, Default::default());
+    let e = tokio::time::timeout(Duration::from_secs(20), read).await.expect("the reader stops by itself").unwrap_err();
+    assert!(!e.is_transient() && e.to_string().contains("started inside a transaction"), "{e}");
+
+    // Inside an event: refused, naming the position.
+    let env = Env::new("midevent", RedisKind::Standalone);
+    let (file, pos) = at_rows.rsplit_once(':').unwrap();
+    let inside = format!("{file}:{}", pos.parse::<u64>().unwrap() + 3);
+    let e = start_pipeline(&env, &inside, &items_mapping(1)).expect_error(20).await;
+    assert!(!e.is_transient() && e.to_string().contains(&inside) && e.to_string().contains("not an event boundary"), "{e}");
+}

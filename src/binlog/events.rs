@@ -47,6 +47,14 @@ pub(crate) struct ReadContext<'a> {
     heartbeat: Option<(String, String)>,
     /// Events read but not handled yet (the inner events of a TRANSACTION_PAYLOAD).
     pub(crate) framer: Framer,
+    /// Where the open event group began: its GTID event (MariaDB, MySQL), or its `BEGIN`
+    /// when no GTID event came first (MySQL 5.x). `None` before the first group.
+    pub(crate) group_start: Option<SourcePosition>,
+    /// No event group has begun on this connection yet. A row event, TABLE_MAP or commit seen
+    /// now belongs to a group that began before the start position: its first events (and so
+    /// some of its rows, or its GTID) were not read. The start position is checked before
+    /// reading (`binlog::boundary`), so this is a last guard: the reader stops instead.
+    before_first_group: bool,
 }
 
 impl<'a> ReadContext<'a> {
@@ -75,7 +83,30 @@ impl<'a> ReadContext<'a> {
             asm: Assembler::new(settings.spill),
             heartbeat: settings.heartbeat,
             framer: Framer::new(),
+            group_start: None,
+            before_first_group: true,
         }
+    }
+
+    /// True inside an event group (a transaction, or a MariaDB standalone statement group).
+    pub(crate) fn in_group(&self) -> bool {
+        self.asm.in_transaction()
+    }
+
+    /// An event group begins with the event placed by `placed`.
+    fn group_begins(&mut self, placed: BinlogEventHeader) {
+        let start = (placed.log_pos() as u64).saturating_sub(placed.event_size() as u64);
+        self.group_start = Some(SourcePosition { file: self.file.clone(), pos: start, gtid: None });
+        self.before_first_group = false;
+    }
+
+    /// The error for an event of a group whose start was not read (see `before_first_group`).
+    fn started_inside_a_group(&self, placed: BinlogEventHeader, what: &str) -> Error {
+        DefiniteError::UnsupportedEvent(format!(
+            "{what} at {}: the replica connection started inside a transaction (its first events lie before the start position), so some of its rows would be lost; start at the transaction's first event (its GTID event)",
+            self.at(placed)
+        ))
+        .into()
     }
 
     /// `file:pos` of an event placed by `placed` (see [`Framed::placed`]), for errors and logs.
@@ -148,10 +179,25 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
     }
     let placed = framed.placed();
     let data = match framed.body().map_err(|e| framing_error(ctx, e))? {
-        Body::MariadbGtid(g) => return Ok(on_mariadb_gtid(ctx, g)),
+        Body::MariadbGtid(g) => return Ok(on_mariadb_gtid(ctx, placed, g)),
         Body::Skipped => return Ok(None),
         Body::Data(data) => data,
     };
+    if ctx.before_first_group {
+        let what = match &data {
+            EventData::TableMapEvent(_) => Some("a TABLE_MAP"),
+            EventData::RowsEvent(_) => Some("a row event"),
+            EventData::XidEvent(_) => Some("a commit (XID)"),
+            EventData::XaPrepareLogEvent(_) => Some("an XA PREPARE"),
+            EventData::QueryEvent(q) if matches!(q.query().trim().to_ascii_uppercase().as_str(), "COMMIT" | "ROLLBACK") => {
+                Some("a COMMIT/ROLLBACK")
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(ctx.started_inside_a_group(placed, what));
+        }
+    }
     Ok(match data {
         EventData::RotateEvent(r) => on_rotate(ctx, &framed.event, &r),
         EventData::FormatDescriptionEvent(_) => {
@@ -167,7 +213,7 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
         EventData::IncidentEvent(i) => return Err(on_incident(ctx, placed, &i)),
         EventData::XaPrepareLogEvent(_) => on_xa_prepare(ctx, placed)?,
         EventData::XidEvent(_) => ctx.commit(placed),
-        EventData::GtidEvent(g) => on_mysql_gtid(ctx, &g),
+        EventData::GtidEvent(g) => on_mysql_gtid(ctx, placed, &g),
         EventData::QueryEvent(q) => on_query(ctx, placed, &q)?,
         _ => None,
     })
@@ -291,14 +337,16 @@ fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader) -> Result
 }
 
 /// MySQL GTID (or ANONYMOUS_GTID): a transaction starts; its `BEGIN` follows.
-fn on_mysql_gtid(ctx: &mut ReadContext<'_>, g: &GtidEvent) -> Option<Transaction> {
+fn on_mysql_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: &GtidEvent) -> Option<Transaction> {
+    ctx.group_begins(placed);
     let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
     ctx.asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
     None
 }
 
 /// MariaDB GTID: an event group starts; with `FL_STANDALONE` it is one statement.
-fn on_mariadb_gtid(ctx: &mut ReadContext<'_>, g: MariadbGtidEvent) -> Option<Transaction> {
+fn on_mariadb_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: MariadbGtidEvent) -> Option<Transaction> {
+    ctx.group_begins(placed);
     ctx.asm.boundary(Boundary::Begin { gtid: Some(g.gtid.to_string()), standalone: g.standalone() });
     None
 }
@@ -322,6 +370,9 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
     } else if upper.starts_with("XA COMMIT") && ctx.asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
         ctx.commit(placed)
     } else if t.eq_ignore_ascii_case("BEGIN") {
+        if !ctx.asm.in_transaction() {
+            ctx.group_begins(placed);
+        }
         ctx.asm.boundary(Boundary::Begin { gtid: None, standalone: false })
     } else if t.eq_ignore_ascii_case("COMMIT") {
         ctx.commit(placed)

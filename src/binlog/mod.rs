@@ -4,6 +4,7 @@
 //! | module | step |
 //! |---|---|
 //! | [`server`] | the source server: connect, preflight, binary logs, schema checks |
+//! | [`boundary`] | an operator's start position checked: moved back to the start of the transaction it lies in, refused inside an event |
 //! | [`resume`] | where a replica connection starts (checkpoint or `source.start`), the reader's counters |
 //! | [`reader`] | the replica connection: start/resume, heartbeats, reconnect, events -> transactions |
 //! | `events` | the live reader's handler per event type (rotate, TABLE_MAP, rows, XID, GTID, query...) |
@@ -15,6 +16,7 @@
 //! | [`heartbeat`] | binval's heartbeat row on the primary (`source.heartbeat_table`), for a sub-second lag |
 //! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
 
+pub mod boundary;
 pub mod ddl;
 pub mod decode;
 mod events;

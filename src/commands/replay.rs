@@ -273,6 +273,8 @@ async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig])
     let (resume, not_before_ms) = match &args.from {
         StartPoint::Binlog(p) => {
             server::require_binlog_file(&logs, p, "--from")?;
+            // A position inside a transaction starts at its first event (see binlog::boundary).
+            let p = crate::binlog::boundary::group_start(&source, p, "--from").await?;
             (Resume::FilePos(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }), 0)
         }
         StartPoint::Gtid(g) => (Resume::Gtid(g.clone()), 0),
