@@ -75,10 +75,18 @@ pub enum DefiniteError {
     /// Kafka refused an event for a reason retrying cannot fix.
     #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
     KafkaRefused { key: String, topic: String, message: String },
-    /// A table-level DDL statement on a mapped table that binval cannot follow (a RENAME onto
-    /// the name of another mapped table).
-    #[error("{kind} of mapped table {table} at binlog position {position} would leave its cached keys stale; binval stops instead of skipping it. Statement: {statement}. Change the mapping (or unmap the table), then restart")]
-    UnsupportedDdl { kind: &'static str, table: String, position: String, statement: String },
+    /// A RENAME that moves a mapped table onto the name of another mapping (see
+    /// `mapping::TableNames::rename_statement`).
+    #[error("{kind} at binlog position {position} moves table {table} (mapped by the mapping of {mapping}) onto {onto}, where the mapping of {other} applies: two mappings on one table would mix their keys, and the binlog does not say which one you mean, so binval stops before the statement. Statement: {statement}. Remove one of the two mappings and restart: binval reads the statement again (with only {other} mapped, it stays with the name {onto} and its keys are marked stale; with only {mapping}, it follows its table to {onto})")]
+    RenameConflict {
+        kind: &'static str,
+        position: String,
+        mapping: String,
+        table: String,
+        onto: String,
+        other: String,
+        statement: String,
+    },
     /// The source writes events binval cannot decode or must not pass over (an unknown
     /// non-ignorable event type, an INCIDENT, MariaDB legacy temporal columns, a binlog file
     /// past 4 GiB).

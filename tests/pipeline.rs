@@ -633,3 +633,49 @@ async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
     let e = start_pipeline(&env, &inside, &items_mapping(1)).expect_error(20).await;
     assert!(!e.is_transient() && e.to_string().contains(&inside) && e.to_string().contains("not an event boundary"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_swap_between_two_mapped_tables_is_never_silent() {
+    // Issue #12 (1): with `acct` and `acct_new` both mapped, the cut-over `RENAME TABLE acct TO
+    // acct_old, acct_new TO acct` left the `an:` keys stale without a word. Now: a mapping
+    // whose name keeps a table stays with the name (its keys marked stale); a mapping whose
+    // table moves onto another mapping's name would mix two mappings on one table: binval stops.
+    let env = Env::new("swap", RedisKind::Standalone);
+    env.exec("CREATE TABLE acct (id INT PRIMARY KEY, bal INT)").await;
+    env.exec("CREATE TABLE acct_new (id INT PRIMARY KEY, bal INT)").await;
+    env.exec("CREATE TABLE x (id INT PRIMARY KEY, v INT)").await;
+    env.exec("CREATE TABLE y (id INT PRIMARY KEY, v INT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.acct\"\nkeys = [\"{p}:a:{id}\"]\n\n[[mappings]]\ntable = \"{db}.acct_new\"\nkeys = [\"{p}:an:{id}\"]\n\n\
+                   [[mappings]]\ntable = \"{db}.x\"\nkeys = [\"{p}:x:{id}\"]\n\n[[mappings]]\ntable = \"{db}.y\"\nkeys = [\"{p}:y:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    let mut r = env.redis_client();
+    let k = |t: &str, id: u32| format!("{}:{t}:{id}", env.prefix);
+
+    // A true swap of two mapped tables (through a temporary name): each mapping stays with its
+    // name, and the keys of both are marked stale; later rows go by name.
+    env.exec("INSERT INTO x VALUES (1, 10)").await;
+    let v = env.exec_v("INSERT INTO y VALUES (1, 20)").await;
+    assert_eq!(block(|| r.wait_version(&k("y", 1), v)), v);
+    let vs = env.exec_v("RENAME TABLE x TO tmp, y TO x, tmp TO y").await;
+    for t in ["x", "y"] {
+        assert_eq!(block(|| r.wait_version(&k(t, 1), vs)), vs, "{t}: keys marked stale at the swap");
+        assert_eq!(block(|| r.record(&k(t, 1), 0)), (None, Some(vs), false), "{t}: stale marker");
+    }
+    let v2 = env.exec_v("UPDATE x SET v = 21 WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&k("x", 1), v2)), v2, "the table now named x maps to x:*");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k("x", 1), 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "v": 21}));
+
+    // The cut-over onto another mapped table's name: stopped, naming both mappings.
+    env.exec("INSERT INTO acct VALUES (1, 100)").await;
+    let v = env.exec_v("INSERT INTO acct_new VALUES (2, 200)").await;
+    assert_eq!(block(|| r.wait_version(&k("an", 2), v)), v);
+    env.exec("RENAME TABLE acct TO acct_old, acct_new TO acct").await;
+    env.exec("UPDATE acct SET bal = 250 WHERE id = 2").await;
+    let e = run.expect_error(20).await;
+    assert!(!e.is_transient());
+    let m = e.to_string();
+    assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.acct_new", env.db)) && m.contains(&format!("{}.acct", env.db)), "{m}");
+    assert_eq!(block(|| r.version(&k("an", 2))), v, "nothing after the statement was applied");
+}

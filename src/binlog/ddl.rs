@@ -6,10 +6,13 @@
 //!   invalidate every cached key of the table ([`TableDdl::invalidates`]): binval marks every
 //!   replica of the table's keys stale at the statement's position and publishes one `truncate`
 //!   event per key template (see `redis_sink::RedisConn::invalidate_template`).
-//! * RENAME TABLE and ALTER TABLE ... RENAME of a mapped table are followed: the table's rule
-//!   applies to the new name from then on (`mapping::TableNames`, saved in the checkpoint).
-//!   Renaming onto the name of another mapped table stops the source with a definite error
-//!   naming the table, the position and the statement.
+//! * RENAME TABLE and ALTER TABLE ... RENAME, judged per statement
+//!   (`mapping::TableNames::rename_statement`, saved in the checkpoint): a mapped table whose
+//!   name is left empty is followed (its rule applies to the new name from then on); a mapped
+//!   name that gets another table (an online schema change cut-over, a swap) keeps its rule and
+//!   every key of it is marked stale; a mapped table moved onto the name of another mapping
+//!   stops the source with a definite error naming both mappings, the position and the
+//!   statement.
 
 /// A statement that affects whole tables.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -396,9 +396,9 @@ fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, s
                 }
             }
         } else {
-            let moved = follow_renames(ctx, placed, &ddl, t)?;
-            renamed = !moved.is_empty();
-            invalidate_tables = undo_cut_over(ctx, placed, &ddl, moved);
+            let before = ctx.names.clone();
+            invalidate_tables = follow_renames(ctx, placed, &ddl, t)?;
+            renamed = *ctx.names != before;
         }
     }
     let end = ctx.end(placed);
@@ -411,50 +411,34 @@ fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, s
     }))
 }
 
-/// RENAME: tables come in (from, to) pairs; a mapped table's rule follows it to its new name
-/// (its rows and keys are unchanged). Returns the pairs of mapped tables moved. Renaming onto
-/// the name of another mapped table is a definite error.
-fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<(String, String)>, Error> {
-    let mut moved: Vec<(String, String)> = Vec::new();
-    for pair in ddl.tables.chunks(2) {
-        let [from, to] = pair else { continue };
-        match ctx.names.rename(ctx.mapper, from, to) {
-            Ok(true) => {
-                moved.push((from.clone(), to.clone()));
-                tracing::info!(from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");
+/// RENAME: tables come in (from, to) pairs, judged as one statement
+/// ([`TableNames::rename_statement`]): a mapping follows its table to its new name, or stays
+/// with its name when the name gets another table (an online schema change cut-over); returns
+/// the configured names whose keys are stale. A mapping whose table would move onto the name of
+/// another mapping is a definite error ([`DefiniteError::RenameConflict`]).
+fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<String>, Error> {
+    let pairs: Vec<(String, String)> = ddl.tables.chunks(2).filter_map(|p| p.get(1).map(|to| (p[0].clone(), to.clone()))).collect();
+    match ctx.names.rename_statement(ctx.mapper, &pairs) {
+        Ok(out) => {
+            for (mapping, from, to) in &out.followed {
+                tracing::info!(mapping = %mapping, from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");
             }
-            Ok(false) => {}
-            Err(_) => {
-                return Err(DefiniteError::UnsupportedDdl {
-                    kind: ddl.kind,
-                    table: to.to_string(),
-                    position: ctx.at(placed),
-                    statement: t.chars().take(500).collect(),
-                }
-                .into())
+            for mapping in &out.stale {
+                tracing::info!(mapping = %mapping, position = %ctx.at(placed), "another table took a mapped table's name (online schema change cut-over, or a swap): the mapping stays with the name; its keys are marked stale");
             }
+            Ok(out.stale)
         }
-    }
-    Ok(moved)
-}
-
-/// The renamed tables of [`follow_renames`] keep their rule with their new name... unless the
-/// same statement puts another table under the old name: the cut-over of an online schema
-/// change (gh-ost, pt-osc: `RENAME TABLE t TO t_old, t_new TO t`). The rule stays with the
-/// name, and since the table behind it is a new one, every key of it is marked stale. Returns
-/// the configured names whose keys are stale.
-fn undo_cut_over(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, moved: Vec<(String, String)>) -> Vec<String> {
-    let mut invalidate_tables = Vec::new();
-    for (from, to) in moved {
-        let swapped_in = ddl.tables.chunks(2).any(|p| matches!(p, [_, t2] if *t2 == from));
-        if swapped_in {
-            if let Some(configured) = ctx.names.undo_rename(ctx.mapper, &from, &to) {
-                tracing::info!(table = %from, old_table_now = %to, position = %ctx.at(placed), "table swapped under a mapped name (online schema change cut-over): the mapping stays with the name; its keys are marked stale");
-                invalidate_tables.push(configured);
-            }
+        Err(c) => Err(DefiniteError::RenameConflict {
+            kind: ddl.kind,
+            position: ctx.at(placed),
+            mapping: c.mapping,
+            table: c.table,
+            onto: c.onto,
+            other: c.other,
+            statement: t.chars().take(500).collect(),
         }
+        .into()),
     }
-    invalidate_tables
 }
 
 /// True when the last 4 bytes of the event body are the CRC32 of the event before them
