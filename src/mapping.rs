@@ -47,9 +47,11 @@ struct Rule {
     mode: MappingMode,
     ttl_secs: u64,
     /// Text columns whose values are JSON documents (MariaDB's JSON type is LONGTEXT with a
-    /// `json_valid` check; the binlog cannot tell it from text).
+    /// `json_valid` check; the binlog cannot tell it from text): configured, or detected at
+    /// start ([`Mapper::with_detected_json`], for rows that do not come from the binlog).
     json_columns: Vec<String>,
-    /// `json_columns` not configured: take the ones detected on the source.
+    /// `json_columns` not configured: take the ones detected on the source (for rows from the
+    /// binlog, the ones the reader knew at the row's TABLE_MAP: `RowChange::json_columns`).
     detect_json: bool,
 }
 
@@ -100,6 +102,13 @@ impl TableNames {
             }
         }
         TableNames(m)
+    }
+
+    /// The live `schema.table` names some mapping applies to now.
+    pub fn live_names(&self, mapper: &Mapper) -> Vec<String> {
+        let mut v: Vec<String> = self.locations(mapper).into_values().flatten().collect();
+        v.sort();
+        v
     }
 
     /// Follow one RENAME statement: `pairs` are its `(from, to)` renames, applied in order as
@@ -246,7 +255,8 @@ impl Mapper {
     }
 
     /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see
-    /// `binlog::server::mariadb_json_columns`); ignored for mappings that list `json_columns`.
+    /// `binlog::server::mariadb_json_columns`); ignored for mappings that list `json_columns`,
+    /// and for rows from the binlog, which carry the reader's own (`RowChange::json_columns`).
     pub fn set_detected_json(&mut self, table: &str, columns: Vec<String>) {
         if let Some(r) = self.rules.get_mut(table) {
             if r.detect_json {
@@ -267,8 +277,10 @@ impl Mapper {
 
     /// The mapper with the JSON columns detected on a MariaDB source (`detected`: `schema.table`
     /// -> column names, from `binlog::server::mariadb_json_columns`) set for the mappings
-    /// without `json_columns`, so their text values become JSON documents. Returns `mapper`
-    /// itself when nothing was detected (MySQL's binary JSON needs no detection).
+    /// without `json_columns`, so their text values become JSON documents: for rows that do not
+    /// come from the binlog (a table scan reads the schema of now). Rows from the binlog carry
+    /// the columns the reader knew at their TABLE_MAP instead (`binlog::json_columns`). Returns
+    /// `mapper` itself when nothing was detected (MySQL's binary JSON needs no detection).
     pub fn with_detected_json(mappings: &[MappingConfig], mapper: Arc<Mapper>, detected: HashMap<String, Vec<String>>) -> Arc<Mapper> {
         if detected.is_empty() {
             return mapper;
@@ -316,7 +328,11 @@ impl Mapper {
             let payload = || match rule.mode {
                 MappingMode::Invalidate => None,
                 MappingMode::WriteThrough => {
-                    row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), &rule.json_columns, &rule.table))
+                    let json: &[String] = match (&row.json_columns, rule.detect_json) {
+                        (Some(detected), true) => detected,
+                        _ => &rule.json_columns,
+                    };
+                    row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), json, &rule.table))
                 }
             };
             let mut push = |key: String, op: Op, payload: Option<String>| {
@@ -508,7 +524,7 @@ replicas = 4
         let mut out = vec![];
         let after = row(json!({"id": 1, "sku": "A", "price": "1.50"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0 },
+            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0, json_columns: None },
             &mut out,
         );
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
@@ -518,7 +534,7 @@ replicas = 4
         out.clear();
         let after2 = row(json!({"id": 1, "sku": "B", "price": "2.00"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0 },
+            &RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0, json_columns: None },
             &mut out,
         );
         let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
@@ -526,7 +542,7 @@ replicas = 4
         assert_eq!(out[0].payload, None);
 
         out.clear();
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None, event: 0 }, &mut out);
+        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None, event: 0, json_columns: None }, &mut out);
         assert!(out.iter().all(|c| c.op == Op::Delete && c.payload.is_none()));
     }
 
@@ -535,8 +551,8 @@ replicas = 4
         let m = mapper("");
         let r = |id: i64, sku: &str| row(json!({"id": id, "sku": sku}));
         let rows = vec![
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(1, "A")), after: Some(r(1, "B")), event: 0 },
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(2, "B")), after: Some(r(2, "A")), event: 0 },
+            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(1, "A")), after: Some(r(1, "B")), event: 0, json_columns: None },
+            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(2, "B")), after: Some(r(2, "A")), event: 0, json_columns: None },
         ];
         let mut out = vec![];
         m.map_rows(&rows, &mut out);
@@ -571,6 +587,7 @@ replicas = 4
                 before: None,
                 after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))),
                 event: 0,
+                json_columns: None,
             },
             &mut out,
         );
@@ -585,6 +602,7 @@ replicas = 4
                 before: None,
                 after: Some(row(json!({"id": 1, "sku": "A"}))),
                 event: 0,
+                json_columns: None,
             },
             &mut out,
         );

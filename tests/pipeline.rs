@@ -679,3 +679,59 @@ async fn a_rename_swap_between_two_mapped_tables_is_never_silent() {
     assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.acct_new", env.db)) && m.contains(&format!("{}.acct", env.db)), "{m}");
     assert_eq!(block(|| r.version(&k("an", 2))), v, "nothing after the statement was applied");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_json_columns_are_detected_at_event_time() {
+    // Issue #12 (3): JSON columns were detected once, at start: a mapped table created later,
+    // or `ALTER TABLE ... ADD COLUMN j JSON`, gave the document as a string until a restart.
+    // Now each DDL on a mapped table refreshes the detection at its place in the binlog: rows
+    // before the DDL keep the old shape, rows after it get the new one.
+    let env = Env::new("jsonddl", RedisKind::Standalone);
+    env.exec("CREATE TABLE docs (id INT PRIMARY KEY, t LONGTEXT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.docs\"\nkeys = [\"{p}:doc:{id}\"]\n\n[[mappings]]\ntable = \"{db}.later\"\nkeys = [\"{p}:later:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    let doc = r#"{"amount": 105.0}"#;
+    // Before any DDL: `t` is text.
+    env.exec(&format!("INSERT INTO docs VALUES (1, '{doc}')")).await;
+    env.exec("ALTER TABLE docs ADD COLUMN j JSON").await;
+    env.exec(&format!("INSERT INTO docs VALUES (2, '{doc}', '{doc}')")).await;
+    env.exec("ALTER TABLE docs MODIFY t JSON").await;
+    env.exec(&format!("INSERT INTO docs VALUES (3, '{doc}', '{doc}')")).await;
+    env.exec("CREATE TABLE later (id INT PRIMARY KEY, doc JSON)").await;
+    let v = env.exec_v(&format!("INSERT INTO later VALUES (1, '{doc}')")).await;
+    let mut r = env.redis_client();
+    let k = |t: &str, id: u32| format!("{}:{t}:{id}", env.prefix);
+    assert_eq!(block(|| r.wait_version(&k("later", 1), v)), v);
+    let payload = |r: &mut RedisClient, key: String| block(|| r.replica(&key, 0)).unwrap();
+    assert_eq!(payload(&mut r, k("doc", 1)), format!(r#"{{"id":1,"t":"{}"}}"#, doc.replace('"', "\\\"")), "before the DDLs: text");
+    assert_eq!(
+        payload(&mut r, k("doc", 2)),
+        format!(r#"{{"id":2,"j":{doc},"t":"{}"}}"#, doc.replace('"', "\\\"")),
+        "after ADD COLUMN j JSON: j is a document, t still text"
+    );
+    assert_eq!(payload(&mut r, k("doc", 3)), format!(r#"{{"id":3,"j":{doc},"t":{doc}}}"#), "after MODIFY t JSON: both documents");
+    assert_eq!(payload(&mut r, k("later", 1)), format!(r#"{{"doc":{doc},"id":1}}"#), "a mapped table created after start");
+    run.stop().await;
+
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp["json_columns"][format!("{}.docs", env.db)].is_array(), "the checkpoint keeps what the reader knew: {cp}");
+
+    // While binval is down, `j` stops being JSON without changing its type or collation (the
+    // TABLE_MAP cannot show it): rows written before that still get it as a document after the
+    // restart (the checkpoint's knowledge), rows after it as text (the DDL's).
+    env.exec(&format!("INSERT INTO docs VALUES (5, '{doc}', '{doc}')")).await;
+    env.exec("ALTER TABLE docs MODIFY j LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").await;
+    env.exec(&format!("INSERT INTO docs VALUES (6, '{doc}', '{doc}')")).await;
+    let run = start_pipeline(&env, &start, mapping);
+    let v = env.exec_v("INSERT INTO later VALUES (2, NULL)").await;
+    assert_eq!(block(|| r.wait_version(&k("later", 2), v)), v);
+    assert_eq!(payload(&mut r, k("doc", 5)), format!(r#"{{"id":5,"j":{doc},"t":{doc}}}"#), "written while j was JSON");
+    assert_eq!(
+        payload(&mut r, k("doc", 6)),
+        format!(r#"{{"id":6,"j":"{}","t":{doc}}}"#, doc.replace('"', "\\\"")),
+        "written after j became text"
+    );
+    run.stop().await;
+}

@@ -26,12 +26,12 @@ use mysql_async::BinlogStreamRequest;
 
 use crate::binlog::events::{self, ReadContext};
 use crate::binlog::framing::MARIADB_GTID_EVENT;
-use crate::binlog::reader::ReadSettings;
+use crate::binlog::reader::{ReadSettings, ReadState};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::server::connect;
 use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error};
-use crate::mapping::{Mapper, TableNames};
+use crate::mapping::Mapper;
 
 /// MySQL GTID_LOG_EVENT and ANONYMOUS_GTID_LOG_EVENT: each starts an event group.
 const MYSQL_GTID_EVENTS: [u8; 2] = [33, 34];
@@ -98,10 +98,10 @@ async fn scan(cfg: &SourceConfig, position: &BinlogPosition, origin: &str) -> Re
     let req = BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
     let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &at))?;
     let mapper = Mapper::default();
-    let mut names = TableNames::default();
+    let mut state = ReadState::default();
     let stats = SourceStats::default();
     let resume = Resume::FilePos(SourcePosition { file: position.file.clone(), pos: 4, gtid: None });
-    let mut ctx = ReadContext::new(&mapper, &mut names, &stats, false, &resume, ReadSettings::default());
+    let mut ctx = ReadContext::new(&mapper, &mut state, &stats, false, &resume, ReadSettings::default());
     let mut end = 4u64;
     let result = loop {
         let ev = match stream.next().await {

@@ -19,17 +19,20 @@ use mysql_common::binlog::events::{
 use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
-use crate::binlog::reader::ReadSettings;
+use crate::binlog::reader::{ReadSettings, ReadState};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
 use crate::error::{DefiniteError, Error, TransientError};
-use crate::mapping::{Mapper, TableNames};
+use crate::mapping::Mapper;
 
 /// What one replica connection has read so far: the state the event handlers share.
 pub(crate) struct ReadContext<'a> {
-    mapper: &'a Mapper,
-    /// Renamed mapped tables (followed RENAMEs), saved with the checkpoint.
-    names: &'a mut TableNames,
+    pub(crate) mapper: &'a Mapper,
+    /// What the reader keeps across connections: renamed mapped tables, JSON columns.
+    pub(crate) state: &'a mut ReadState,
+    /// Mapped tables a DDL statement just named: their JSON columns are read again before the
+    /// next event is handled (see `binlog::json_columns`).
+    pub(crate) json_refresh: Vec<String>,
     stats: &'a SourceStats,
     /// The source is MariaDB (its TABLE_MAPs count GEOMETRY among the character columns).
     mariadb: bool,
@@ -40,7 +43,7 @@ pub(crate) struct ReadContext<'a> {
     pub(crate) last_pos: u64,
     /// A FORMAT_DESCRIPTION has been read on this connection.
     seen_fde: bool,
-    tables: TableMaps,
+    pub(crate) tables: TableMaps,
     asm: Assembler,
     /// `source.heartbeat_table` and `source.name`: rows of the heartbeat table written by this
     /// source are read here (not mapped) for the sub-second lag.
@@ -61,7 +64,7 @@ impl<'a> ReadContext<'a> {
     /// The state of a new connection that starts at `resume`.
     pub(crate) fn new(
         mapper: &'a Mapper,
-        names: &'a mut TableNames,
+        state: &'a mut ReadState,
         stats: &'a SourceStats,
         mariadb: bool,
         resume: &Resume,
@@ -73,7 +76,8 @@ impl<'a> ReadContext<'a> {
         };
         ReadContext {
             mapper,
-            names,
+            state,
+            json_refresh: Vec::new(),
             stats,
             mariadb,
             file,
@@ -262,14 +266,22 @@ fn on_table_map(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, tme: Table
             .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
         return Ok(None);
     }
-    let Some(configured) = ctx.names.resolve(ctx.mapper, &name) else {
+    let Some(configured) = ctx.state.names.resolve(ctx.mapper, &name) else {
         ctx.tables.forget(id);
         return Ok(None);
     };
     let mariadb = ctx.mariadb;
-    ctx.tables
-        .table_map(tme, Some(&configured), |tme| TableSchema::from_table_map(tme, mariadb))
-        .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+    let json = &ctx.state.json;
+    let prepare = |tme| {
+        let mut t = TableSchema::from_table_map(tme, mariadb)?;
+        if mariadb {
+            // What the reader knows of the table's JSON columns now, at its place in the binlog.
+            t.json_columns = Some(json.for_table_map(&name, &t));
+        }
+        Ok(t)
+    };
+    let r = ctx.tables.table_map(tme, Some(&configured), prepare);
+    r.map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
     Ok(None)
 }
 
@@ -388,24 +400,27 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
 fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, schema: &str) -> Result<Option<Transaction>, Error> {
     let mut invalidate_tables = Vec::new();
     let mut renamed = false;
+    if ctx.mariadb {
+        ctx.json_refresh.extend(crate::binlog::ddl::tables_named(t, schema));
+    }
     if let Some(ddl) = crate::binlog::ddl::classify(t, schema) {
         if ddl.invalidates() {
             for table in &ddl.tables {
-                if let Some(configured) = ctx.names.resolve(ctx.mapper, table) {
+                if let Some(configured) = ctx.state.names.resolve(ctx.mapper, table) {
                     invalidate_tables.push(configured);
                 }
             }
         } else {
-            let before = ctx.names.clone();
+            let before = ctx.state.names.clone();
             invalidate_tables = follow_renames(ctx, placed, &ddl, t)?;
-            renamed = *ctx.names != before;
+            renamed = ctx.state.names != before;
         }
     }
     let end = ctx.end(placed);
     let b = ctx.asm.boundary(Boundary::Statement { end, timestamp_s: placed.timestamp(), invalidate_tables });
     Ok(b.map(|mut txn| {
         if renamed {
-            txn.table_names = Some(Arc::new(ctx.names.clone()));
+            txn.table_names = Some(Arc::new(ctx.state.names.clone()));
         }
         txn
     }))
@@ -418,7 +433,7 @@ fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, s
 /// another mapping is a definite error ([`DefiniteError::RenameConflict`]).
 fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<String>, Error> {
     let pairs: Vec<(String, String)> = ddl.tables.chunks(2).filter_map(|p| p.get(1).map(|to| (p[0].clone(), to.clone()))).collect();
-    match ctx.names.rename_statement(ctx.mapper, &pairs) {
+    match ctx.state.names.rename_statement(ctx.mapper, &pairs) {
         Ok(out) => {
             for (mapping, from, to) in &out.followed {
                 tracing::info!(mapping = %mapping, from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");

@@ -10,6 +10,7 @@
 //! | `events` | the live reader's handler per event type (rotate, TABLE_MAP, rows, XID, GTID, query...) |
 //! | [`framing`] | events as stored -> events to handle, shared by both readers: MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, skippable unknown events, the TABLE_MAP cache |
 //! | [`decode`] | TABLE_MAP + row events -> rows with named columns, canonical JSON values |
+//! | [`json_columns`] | MariaDB JSON columns as of each place in the binlog (read again after each DDL on a mapped table) |
 //! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
 //! | [`row_events`] | the row events of one transaction, held raw (in memory, then in a temporary file) until its commit, decoded in chunks |
 //! | [`txn`] | row events grouped by transaction; only committed transactions go on |
@@ -22,6 +23,7 @@ pub mod decode;
 mod events;
 pub mod framing;
 pub mod heartbeat;
+pub mod json_columns;
 pub mod offline;
 pub mod reader;
 pub mod resume;

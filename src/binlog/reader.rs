@@ -32,6 +32,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest};
 use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
+use crate::binlog::json_columns::JsonColumns;
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
 use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
@@ -66,6 +67,18 @@ impl ReadSettings {
     }
 }
 
+/// What the reader keeps from one replica connection to the next, and starts from (the saved
+/// checkpoint's, or the default).
+#[derive(Debug, Clone, Default)]
+pub struct ReadState {
+    /// Renamed mapped tables (followed RENAMEs), saved with the checkpoint.
+    pub names: TableNames,
+    /// MariaDB JSON columns of the mapped tables as of the last event read
+    /// ([`crate::binlog::json_columns`]), saved with the checkpoint; a mapped table missing
+    /// from it is read from the schema when a connection opens.
+    pub json: JsonColumns,
+}
+
 /// The memory budget of transactions read but not applied yet: each transaction sent holds
 /// permits for the bytes of row events it holds in memory (one permit per KiB, at most the
 /// whole budget), so the reader waits while the apply stage is behind on large transactions.
@@ -98,7 +111,7 @@ impl MemoryBudget {
 pub async fn run(
     cfg: SourceConfig,
     mapper: Arc<Mapper>,
-    mut names: TableNames,
+    mut state: ReadState,
     mut resume: Resume,
     out: mpsc::Sender<Transaction>,
     mut shutdown: watch::Receiver<bool>,
@@ -113,7 +126,7 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut names, &mut resume, &out, &mut shutdown, &stats, &budget).await;
+        let r = read_once(&cfg, &mapper, &mut state, &mut resume, &out, &mut shutdown, &stats, &budget).await;
         match r {
             Ok(()) => return Ok(()),
             Err(Error::Transient(e)) => {
@@ -140,7 +153,7 @@ pub async fn run(
 async fn read_once(
     cfg: &SourceConfig,
     mapper: &Mapper,
-    names: &mut TableNames,
+    state: &mut ReadState,
     resume: &mut Resume,
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
@@ -149,7 +162,20 @@ async fn read_once(
 ) -> Result<(), Error> {
     let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
-    let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume, ReadSettings::from_config(cfg));
+    // MariaDB JSON columns of mapped tables not known yet (the first connection, a mapping
+    // added since the checkpoint) are read from the schema now; the rest is as the checkpoint
+    // (or the previous connection) left it. A second connection serves these queries.
+    let mut schema_conn = None;
+    // The first transaction sent on each connection carries what is known, for the checkpoint.
+    let mut json_changed = mariadb;
+    if mariadb {
+        let missing: Vec<String> = state.names.live_names(mapper).into_iter().filter(|t| !state.json.0.contains_key(t)).collect();
+        if !missing.is_empty() {
+            let conn = schema_conn.insert(connect(cfg).await?);
+            state.json.load(conn, missing).await?;
+        }
+    }
+    let mut ctx = ReadContext::new(mapper, state, stats, mariadb, resume, ReadSettings::from_config(cfg));
     loop {
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
@@ -177,7 +203,14 @@ async fn read_once(
                 continue;
             }
         };
-        let Some(mut txn) = events::handle(&mut ctx, &framed)? else { continue };
+        let handled = events::handle(&mut ctx, &framed)?;
+        if !ctx.json_refresh.is_empty() {
+            json_changed |= refresh_json_columns(cfg, &mut ctx, &mut schema_conn).await?;
+        }
+        let Some(mut txn) = handled else { continue };
+        if std::mem::take(&mut json_changed) {
+            txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
+        }
         let pos = txn.position.clone();
         stats.in_flight.fetch_add(1, Relaxed);
         stats.at_end.store(false, Relaxed);
@@ -191,6 +224,31 @@ async fn read_once(
         }
         *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
     }
+}
+
+/// After a DDL statement named `ctx.json_refresh`: read the JSON columns of those of them that
+/// are mapped (after the statement) again, before the next event is handled, and forget their
+/// prepared TABLE_MAPs so the next ones use what was read (see [`crate::binlog::json_columns`]).
+/// Returns whether what is known changed.
+async fn refresh_json_columns(cfg: &SourceConfig, ctx: &mut ReadContext<'_>, conn: &mut Option<mysql_async::Conn>) -> Result<bool, Error> {
+    let before = ctx.state.json.clone();
+    for table in std::mem::take(&mut ctx.json_refresh) {
+        ctx.tables.forget_named(&table);
+        if ctx.state.names.resolve(ctx.mapper, &table).is_some() {
+            let c = match conn {
+                Some(c) => c,
+                None => conn.insert(connect(cfg).await?),
+            };
+            let cols = JsonColumns::load_table(c, &table).await?;
+            if ctx.state.json.0.get(&table) != Some(&cols) {
+                tracing::info!(table = %table, columns = ?cols.iter().map(|c| &c.name).collect::<Vec<_>>(), "MariaDB JSON columns after a DDL: their values go into the payload as JSON documents");
+            }
+            ctx.state.json.0.insert(table, cols);
+        } else {
+            ctx.state.json.0.remove(&table);
+        }
+    }
+    Ok(ctx.state.json != before)
 }
 
 /// Connect, run the preflight, and open the binlog stream at `resume`: checks that a resume

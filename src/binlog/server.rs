@@ -103,8 +103,9 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
 /// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
 /// column check constraint named after the column with the clause ``json_valid(`col`)``
 /// (MariaDB docs, "JSON Data Type"); the binlog carries such values as text. Returns
-/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now (the schema
-/// at start, not at event time: a column changed to or from JSON later needs a restart).
+/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now: for rows
+/// read from the tables now (a table scan). Rows read from the binlog use what the reader
+/// knew at their place in it instead (`binlog::json_columns`).
 pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<HashMap<String, Vec<String>>, Error> {
     let rows: Vec<(String, String, String, String)> = conn
         .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%'")

@@ -35,6 +35,9 @@ pub struct Transaction {
     /// After a RENAME of a mapped table: the renamed-table state as of this transaction, for
     /// the checkpoint. `None` when unchanged.
     pub table_names: Option<Arc<crate::mapping::TableNames>>,
+    /// After a DDL statement changed what the reader knows of the mapped tables' MariaDB JSON
+    /// columns: all of it as of this transaction, for the checkpoint. `None` when unchanged.
+    pub json_columns: Option<Arc<crate::binlog::json_columns::JsonColumns>>,
     /// The transaction is binval's own heartbeat row (`source.heartbeat_table`): the primary's
     /// `NOW(6)` it wrote, Unix µs. It gives the lag sub-second precision (binlog headers carry
     /// whole seconds).

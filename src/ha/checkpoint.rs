@@ -16,6 +16,8 @@ use std::path::PathBuf;
 use binval_protocol::{MariadbGtid, MariadbGtidPosition, SourcePosition};
 use serde::{Deserialize, Serialize};
 
+use crate::binlog::json_columns::JsonColumns;
+use crate::binlog::reader::ReadState;
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::TableNames;
@@ -37,6 +39,22 @@ pub struct Checkpoint {
     /// Mapped tables renamed before this position (see [`crate::mapping::TableNames`]).
     #[serde(default, skip_serializing_if = "is_empty_names")]
     pub renamed: TableNames,
+    /// MariaDB JSON columns of the mapped tables as the reader knew them here (see
+    /// [`crate::binlog::json_columns`]): a restart goes on with them, not with the schema of
+    /// the restart's time.
+    #[serde(default, skip_serializing_if = "is_empty_json")]
+    pub json_columns: JsonColumns,
+}
+
+fn is_empty_json(j: &JsonColumns) -> bool {
+    j.0.is_empty()
+}
+
+impl Checkpoint {
+    /// What the reader starts from at this checkpoint.
+    pub fn read_state(&self) -> ReadState {
+        ReadState { names: self.renamed.clone(), json: self.json_columns.clone() }
+    }
 }
 
 fn is_empty_names(n: &TableNames) -> bool {
@@ -225,9 +243,16 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
-/// Build a checkpoint for an acknowledged position.
-pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, names: &TableNames) -> Checkpoint {
-    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms(), renamed: names.clone() }
+/// Build a checkpoint for an acknowledged position, with the reader's state as of it.
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState) -> Checkpoint {
+    Checkpoint {
+        file: pos.file.clone(),
+        pos: pos.pos,
+        gtid: gtids.render(),
+        saved_at_ms: crate::now_ms(),
+        renamed: state.names.clone(),
+        json_columns: state.json.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -260,7 +285,14 @@ mod tests {
         assert_eq!(s.load().await.unwrap(), None);
         let mut renamed = TableNames::default();
         renamed.0.insert("shop.goods".into(), Some("shop.items".into()));
-        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1, renamed };
+        let cp = Checkpoint {
+            file: "mysql-bin.000002".into(),
+            pos: 1234,
+            gtid: Some("0-1-9".into()),
+            saved_at_ms: 1,
+            renamed,
+            json_columns: JsonColumns::default(),
+        };
         s.save(&cp).await.unwrap();
         assert_eq!(s.load().await.unwrap(), Some(cp));
         std::fs::write(dir.join("cp.json"), "nonsense").unwrap();

@@ -505,6 +505,8 @@ pub struct Pending {
     pub heartbeat_us: Option<u64>,
     /// The renamed-table state after the group, when it changed.
     pub table_names: Option<Arc<TableNames>>,
+    /// The MariaDB JSON columns known after the group, when they changed.
+    pub json_columns: Option<Arc<crate::binlog::json_columns::JsonColumns>>,
     /// Transactions of the group (0 for a chunk that is not the last of its transaction).
     pub transactions: u64,
     /// Events in flight, with their keys.
@@ -526,6 +528,7 @@ impl Pending {
             commit_time_ms,
             heartbeat_us,
             table_names: txns.iter_mut().rev().find_map(|t| t.table_names.take()),
+            json_columns: txns.iter_mut().rev().find_map(|t| t.json_columns.take()),
             transactions: txns.len() as u64,
             deliveries,
         }
@@ -573,6 +576,7 @@ pub async fn apply_loop(
                 commit_time_ms: txn.commit_time_ms,
                 heartbeat_us: txn.heartbeat_us,
                 table_names: txn.table_names.take(),
+                json_columns: txn.json_columns.take(),
                 ..Transaction::default()
             };
             let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;
