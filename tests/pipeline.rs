@@ -356,46 +356,80 @@ async fn a_sink_failure_stops_an_idle_pipeline_at_once() {
     run.stop().await;
 }
 
+/// Run `stmts` on one connection, then close it (a prepared XA transaction outlives it).
+async fn xa(env: &Env, stmts: &[&str]) {
+    use mysql_async::prelude::Queryable;
+    let mut c = env.conn().await;
+    for q in stmts {
+        c.query_drop(*q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    c.disconnect().await.ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xa_transactions_never_reach_the_cache_uncommitted() {
+async fn xa_transactions_reach_the_cache_at_their_commit_and_never_before() {
+    // Issue #12 (7): an XA PREPARE on a mapped table stopped binval for good. Now its changes
+    // are held until XA COMMIT (applied, at the commit's position) or XA ROLLBACK (dropped),
+    // other transactions flow meanwhile, and a restart in between still applies them.
     let env = Env::new("xa", RedisKind::Standalone);
     env.exec(ITEMS).await;
     env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
     let start = env.binlog_now().await;
     let run = start_pipeline(&env, &start, &items_mapping(1));
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
-    let mut c = env.conn().await;
-    use mysql_async::prelude::Queryable;
-    // One-phase XA commit on a mapped table: applied like any transaction.
-    for q in ["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"] {
-        c.query_drop(q).await.unwrap();
-    }
-    // Two-phase XA on an unmapped table: passes by.
-    for q in ["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"] {
-        c.query_drop(q).await.unwrap();
-    }
-    c.query_drop("INSERT INTO items (id) VALUES (2)").await.unwrap();
-    let v2 = last_version(&mut c).await;
     let mut r = env.redis_client();
-    assert_eq!(block(|| r.wait_version(&k(2), v2)), v2);
-    assert!(block(|| r.version(&k(1))) > 0);
-    let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
-    assert_eq!(v["title"], json!("xa one phase"));
-    // Two-phase XA on a mapped table: refused loudly at PREPARE, nothing written.
-    for q in [
-        "XA START 'three'",
-        "UPDATE items SET title = 'prepared only' WHERE id = 1",
-        "XA END 'three'",
-        "XA PREPARE 'three'",
-        "XA ROLLBACK 'three'",
-    ] {
-        c.query_drop(q).await.unwrap();
-    }
-    c.disconnect().await.ok();
-    let e = run.expect_error(15).await;
-    assert!(e.to_string().contains("XA PREPARE"), "{e}");
-    let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
-    assert_eq!(v["title"], json!("xa one phase"), "the prepared-then-rolled-back change never reached Redis");
+    let title = |r: &mut RedisClient, id: u32| -> Option<serde_json::Value> {
+        block(|| r.replica(&k(id), 0)).map(|p| serde_json::from_str::<serde_json::Value>(&p).unwrap()["title"].clone())
+    };
+    // One-phase XA commit on a mapped table: applied like any transaction.
+    xa(&env, &["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"]).await;
+    // Two-phase XA on an unmapped table: passes by.
+    xa(&env, &["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"]).await;
+
+    // Two-phase on a mapped table: nothing reaches Redis at the PREPARE; later transactions
+    // are applied meanwhile; the XA COMMIT applies it, versioned by the commit.
+    xa(&env, &["XA START 'three'", "UPDATE items SET title = 'prepared, then committed' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'"]).await;
+    let v2 = env.exec_v("INSERT INTO items (id, title) VALUES (2, 'meanwhile')").await;
+    assert_eq!(block(|| r.wait_version(&k(2), v2)), v2, "transactions after an XA PREPARE are applied");
+    assert_eq!(title(&mut r, 1), Some(json!("xa one phase")), "the prepared change is not in the cache");
+    let vc = env.exec_v("XA COMMIT 'three'").await;
+    assert_eq!(block(|| r.wait_version(&k(1), vc)), vc, "applied at the XA COMMIT, with its version");
+    assert_eq!(title(&mut r, 1), Some(json!("prepared, then committed")));
+
+    // Prepared, then rolled back: never reaches the cache.
+    xa(&env, &["XA START 'four'", "UPDATE items SET title = 'rolled back' WHERE id = 2", "XA END 'four'", "XA PREPARE 'four'"]).await;
+    env.exec("XA ROLLBACK 'four'").await;
+    let v3 = env.exec_v("INSERT INTO items (id) VALUES (3)").await;
+    assert_eq!(block(|| r.wait_version(&k(3), v3)), v3);
+    assert_eq!(title(&mut r, 2), Some(json!("meanwhile")));
+
+    // Restarts between PREPARE and COMMIT: the checkpoint stays at the XA PREPARE's group.
+    xa(&env, &["XA START 'five'", "UPDATE items SET title = 'five' WHERE id = 2", "XA END 'five'", "XA PREPARE 'five'"]).await;
+    xa(&env, &["XA START 'six'", "UPDATE items SET title = 'six' WHERE id = 3", "XA END 'six'", "XA PREPARE 'six'"]).await;
+    let v4 = env.exec_v("INSERT INTO items (id) VALUES (4)").await;
+    assert_eq!(block(|| r.wait_version(&k(4), v4)), v4);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    let open: Vec<&str> = cp["xa"]["open"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert_eq!(open, vec!["X'66697665',X'',1", "X'736978',X'',1"], "{cp}");
+    let applied = &cp["xa"]["applied"];
+    assert!(applied["pos"].as_u64().unwrap() > cp["pos"].as_u64().unwrap() || applied["file"] != cp["file"], "held back: {cp}");
+    // 'five' is committed while binval is down, 'six' after it restarted.
+    let v5 = env.exec_v("XA COMMIT 'five'").await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    assert_eq!(block(|| r.wait_version(&k(2), v5)), v5, "committed while down: applied after the restart");
+    assert_eq!(title(&mut r, 2), Some(json!("five")));
+    assert_eq!(title(&mut r, 3), Some(json!(null)), "still prepared: not applied");
+    let v6 = env.exec_v("XA COMMIT 'six'").await;
+    assert_eq!(block(|| r.wait_version(&k(3), v6)), v6, "prepared before the restart, committed after it: applied");
+    assert_eq!(title(&mut r, 3), Some(json!("six")));
+    let v7 = env.exec_v("INSERT INTO items (id) VALUES (7)").await;
+    assert_eq!(block(|| r.wait_version(&k(7), v7)), v7);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp.get("xa").is_none(), "nothing prepared any more: the checkpoint moves freely again: {cp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

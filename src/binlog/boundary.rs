@@ -29,6 +29,7 @@ use crate::binlog::framing::MARIADB_GTID_EVENT;
 use crate::binlog::reader::{ReadSettings, ReadState};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::server::connect;
+use crate::binlog::xa::PreparedXas;
 use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error};
 use crate::mapping::Mapper;
@@ -99,9 +100,10 @@ async fn scan(cfg: &SourceConfig, position: &BinlogPosition, origin: &str) -> Re
     let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &at))?;
     let mapper = Mapper::default();
     let mut state = ReadState::default();
+    let mut xa = PreparedXas::default();
     let stats = SourceStats::default();
     let resume = Resume::FilePos(SourcePosition { file: position.file.clone(), pos: 4, gtid: None });
-    let mut ctx = ReadContext::new(&mapper, &mut state, &stats, false, &resume, ReadSettings::default());
+    let mut ctx = ReadContext::new(&mapper, &mut state, &mut xa, &stats, false, &resume, ReadSettings::default());
     let mut end = 4u64;
     let result = loop {
         let ev = match stream.next().await {

@@ -20,6 +20,8 @@ use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
 use crate::binlog::reader::{ReadSettings, ReadState};
+use crate::binlog::row_events::SpillSettings;
+use crate::binlog::xa::{Decided, PreparedXas, Xid};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
 use crate::error::{DefiniteError, Error, TransientError};
@@ -30,6 +32,11 @@ pub(crate) struct ReadContext<'a> {
     pub(crate) mapper: &'a Mapper,
     /// What the reader keeps across connections: renamed mapped tables, JSON columns.
     pub(crate) state: &'a mut ReadState,
+    /// Prepared XA transactions held until their XA COMMIT / ROLLBACK (kept across
+    /// connections, see `binlog::xa`).
+    pub(crate) xa: &'a mut PreparedXas,
+    /// Where held row events spill (`source.transaction_memory_mb`, `source.spill_dir`).
+    spill: SpillSettings,
     /// Mapped tables a DDL statement just named: their JSON columns are read again before the
     /// next event is handled (see `binlog::json_columns`).
     pub(crate) json_refresh: Vec<String>,
@@ -65,6 +72,7 @@ impl<'a> ReadContext<'a> {
     pub(crate) fn new(
         mapper: &'a Mapper,
         state: &'a mut ReadState,
+        xa: &'a mut PreparedXas,
         stats: &'a SourceStats,
         mariadb: bool,
         resume: &Resume,
@@ -77,6 +85,8 @@ impl<'a> ReadContext<'a> {
         ReadContext {
             mapper,
             state,
+            xa,
+            spill: settings.spill.clone(),
             json_refresh: Vec::new(),
             stats,
             mariadb,
@@ -215,7 +225,7 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
         // a payload that cannot be read.
         EventData::TransactionPayloadEvent(_) => None,
         EventData::IncidentEvent(i) => return Err(on_incident(ctx, placed, &i)),
-        EventData::XaPrepareLogEvent(_) => on_xa_prepare(ctx, placed)?,
+        EventData::XaPrepareLogEvent(body) => on_xa_prepare(ctx, placed, &body)?,
         EventData::XidEvent(_) => ctx.commit(placed),
         EventData::GtidEvent(g) => on_mysql_gtid(ctx, placed, &g),
         EventData::QueryEvent(q) => on_query(ctx, placed, &q)?,
@@ -335,15 +345,49 @@ fn on_incident(ctx: &ReadContext<'_>, placed: BinlogEventHeader, i: &IncidentEve
     .into()
 }
 
-/// XA PREPARE: ends the event group of a prepared XA transaction; refused when it holds rows
-/// of mapped tables.
-fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader) -> Result<Option<Transaction>, Error> {
-    if ctx.asm.held_events() > 0 {
-        return Err(DefiniteError::UnsupportedEvent(format!(
-            "XA PREPARE at {} holds changes of mapped tables; binval does not apply two-phase XA transactions yet (they would reach the cache before their XA COMMIT or despite an XA ROLLBACK)",
-            ctx.at(placed)
-        ))
-        .into());
+/// XA PREPARE: ends the event group of a prepared XA transaction. Its row events of mapped
+/// tables are held until its XA COMMIT or XA ROLLBACK (`binlog::xa`); the group passes on
+/// empty (its GTID and position move on, the checkpoint stays at the group's start while it is
+/// held).
+fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u8]) -> Result<Option<Transaction>, Error> {
+    let xid = Xid::from_prepare_event(body)
+        .ok_or_else(|| DefiniteError::UnsupportedEvent(format!("XA PREPARE at {}: its XID cannot be read (the event is cut short)", ctx.at(placed))))?;
+    let rows = ctx.asm.take_rows();
+    let start = match (&ctx.group_start, rows.is_empty()) {
+        (_, true) => SourcePosition::default(),
+        (Some(s), false) => s.clone(),
+        (None, false) => return Err(ctx.started_inside_a_group(placed, "an XA PREPARE")),
+    };
+    if !rows.is_empty() {
+        tracing::info!(xid = %xid, position = %ctx.at(placed), row_events = rows.events(), "XA PREPARE with changes of mapped tables: held until its XA COMMIT (applied) or XA ROLLBACK (dropped); the checkpoint stays at its start meanwhile");
+    }
+    let at = ctx.at(placed);
+    ctx.xa.prepare(xid, start, rows, &ctx.spill).map_err(|e| TransientError::Source(format!("holding the XA transaction prepared at {at}: {e}")))?;
+    Ok(ctx.commit(placed))
+}
+
+/// `XA COMMIT xid` / `XA ROLLBACK xid` of a prepared XA transaction (its own event group): the
+/// held row events become this transaction's (commit) or are dropped (rollback).
+fn on_xa_decision(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, commit: bool) -> Result<Option<Transaction>, Error> {
+    let keyword = if commit { "XA COMMIT".len() } else { "XA ROLLBACK".len() };
+    let xid = t.get(keyword..).and_then(Xid::parse_statement).ok_or_else(|| {
+        DefiniteError::UnsupportedEvent(format!("at {}: `{}` names no XID binval can read", ctx.at(placed), t.chars().take(200).collect::<String>()))
+    })?;
+    if commit {
+        match ctx.xa.commit(&xid, &ctx.end(placed)) {
+            Decided::Held(rows) => {
+                tracing::info!(xid = %xid, position = %ctx.at(placed), row_events = rows.events(), "XA COMMIT: the changes held since its XA PREPARE are applied");
+                ctx.asm.set_rows(rows);
+            }
+            Decided::Known => {}
+            Decided::Unknown => tracing::warn!(
+                xid = %xid,
+                position = %ctx.at(placed),
+                "XA COMMIT of a transaction whose XA PREPARE binval did not read (it lies before where binval started reading: source.start, or replay --from): if it changed mapped tables, those changes are not applied; replay from a position before its XA PREPARE"
+            ),
+        }
+    } else {
+        ctx.xa.rollback(&xid);
     }
     Ok(ctx.commit(placed))
 }
@@ -379,8 +423,17 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
     }
     Ok(if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
         None
-    } else if upper.starts_with("XA COMMIT") && ctx.asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
-        ctx.commit(placed)
+    } else if upper.starts_with("XA COMMIT") && t.to_ascii_uppercase().ends_with("ONE PHASE") {
+        // One phase: an ordinary commit of the group it ends.
+        if ctx.asm.in_transaction() {
+            ctx.commit(placed)
+        } else {
+            None
+        }
+    } else if upper.starts_with("XA COMMIT") {
+        on_xa_decision(ctx, placed, t, true)?
+    } else if upper.starts_with("XA ROLLBACK") {
+        on_xa_decision(ctx, placed, t, false)?
     } else if t.eq_ignore_ascii_case("BEGIN") {
         if !ctx.asm.in_transaction() {
             ctx.group_begins(placed);

@@ -14,6 +14,7 @@
 //! | [`ddl`] | table-level DDL (TRUNCATE, DROP, RENAME) on mapped tables |
 //! | [`row_events`] | the row events of one transaction, held raw (in memory, then in a temporary file) until its commit, decoded in chunks |
 //! | [`txn`] | row events grouped by transaction; only committed transactions go on |
+//! | [`xa`] | two-phase XA transactions held from XA PREPARE to XA COMMIT (applied) or XA ROLLBACK (dropped); the checkpoint held back meanwhile |
 //! | [`heartbeat`] | binval's heartbeat row on the primary (`source.heartbeat_table`), for a sub-second lag |
 //! | [`offline`] | the same decoding over a binlog file (`binval decode`) |
 
@@ -30,3 +31,4 @@ pub mod resume;
 pub mod row_events;
 pub mod server;
 pub mod txn;
+pub mod xa;

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
 use crate::binlog::json_columns::JsonColumns;
+use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
 use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
@@ -77,6 +78,10 @@ pub struct ReadState {
     /// ([`crate::binlog::json_columns`]), saved with the checkpoint; a mapped table missing
     /// from it is read from the schema when a connection opens.
     pub json: JsonColumns,
+    /// Prepared XA transactions not decided yet, as of the checkpoint
+    /// ([`crate::binlog::xa`]); those with changes of mapped tables are read again from the
+    /// checkpoint's position, which is held back to the oldest of them.
+    pub xa: XaCheckpoint,
 }
 
 /// The memory budget of transactions read but not applied yet: each transaction sent holds
@@ -119,6 +124,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     // Transactions read but not applied hold at most twice one transaction's memory limit.
     let budget = MemoryBudget::new(((cfg.transaction_memory_mb as usize) << 20) * 2);
+    // Prepared XA transactions held live as long as the reader: across reconnects.
+    let mut xa = PreparedXas::from_checkpoint(&state.xa);
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(Duration::from_millis(100))
         .with_max_interval(Duration::from_millis(cfg.reconnect_max_ms))
@@ -126,7 +133,7 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut state, &mut resume, &out, &mut shutdown, &stats, &budget).await;
+        let r = read_once(&cfg, &mapper, &mut state, &mut xa, &mut resume, &out, &mut shutdown, &stats, &budget).await;
         match r {
             Ok(()) => return Ok(()),
             Err(Error::Transient(e)) => {
@@ -154,6 +161,7 @@ async fn read_once(
     cfg: &SourceConfig,
     mapper: &Mapper,
     state: &mut ReadState,
+    xa: &mut PreparedXas,
     resume: &mut Resume,
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
@@ -175,7 +183,7 @@ async fn read_once(
             state.json.load(conn, missing).await?;
         }
     }
-    let mut ctx = ReadContext::new(mapper, state, stats, mariadb, resume, ReadSettings::from_config(cfg));
+    let mut ctx = ReadContext::new(mapper, state, xa, stats, mariadb, resume, ReadSettings::from_config(cfg));
     loop {
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
@@ -210,6 +218,9 @@ async fn read_once(
         let Some(mut txn) = handled else { continue };
         if std::mem::take(&mut json_changed) {
             txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
+        }
+        if let Some(x) = ctx.xa.take_changed() {
+            txn.xa = Some(Arc::new(x));
         }
         let pos = txn.position.clone();
         stats.in_flight.fetch_add(1, Relaxed);

@@ -117,6 +117,12 @@ impl CheckpointTask {
         if let Some(j) = &p.json_columns {
             self.state.json = (**j).clone();
         }
+        if let Some(x) = &p.xa {
+            // The applied position of the checkpoint the run started from stays known.
+            let applied = self.state.xa.applied.take();
+            self.state.xa = (**x).clone();
+            self.state.xa.applied = self.state.xa.applied.take().or(applied);
+        }
         let now_ms = crate::now_ms();
         if p.commit_time_ms > 0 {
             metrics::gauge!(names::ACKED_COMMIT_TS).set(p.commit_time_ms as f64 / 1000.0);
