@@ -177,7 +177,8 @@ pub struct SourceConfig {
     pub heartbeat_interval_ms: u64,
     /// Row events of one transaction held in memory, MiB; beyond it they go to a temporary
     /// file in `spill_dir` (deleted once the transaction is applied or dropped). Transactions
-    /// read but not yet applied hold at most twice this in all. Default 32.
+    /// read but not yet applied hold at most twice this in all; prepared XA transactions waiting
+    /// for their XA COMMIT at most this together (`binlog::xa`). Default 32.
     #[serde(default = "default_transaction_memory_mb")]
     pub transaction_memory_mb: u64,
     /// Folder of the temporary files of large transactions. Default: the system's temp

@@ -77,16 +77,11 @@ pub enum DefiniteError {
     KafkaRefused { key: String, topic: String, message: String },
     /// A RENAME that moves a mapped table onto the name of another mapping (see
     /// `mapping::TableNames::rename_statement`).
-    #[error("{kind} at binlog position {position} moves table {table} (mapped by the mapping of {mapping}) onto {onto}, where the mapping of {other} applies: two mappings on one table would mix their keys, and the binlog does not say which one you mean, so binval stops before the statement. Statement: {statement}. Remove one of the two mappings and restart: binval reads the statement again (with only {other} mapped, it stays with the name {onto} and its keys are marked stale; with only {mapping}, it follows its table to {onto})")]
-    RenameConflict {
-        kind: &'static str,
-        position: String,
-        mapping: String,
-        table: String,
-        onto: String,
-        other: String,
-        statement: String,
-    },
+    #[error(
+        "{kind} at binlog position {position} moves table {table} (mapped by the mapping of {mapping}) onto {onto}, where the mapping of {other} applies: two mappings on one table would mix their keys, and the binlog does not say which one you mean, so binval stops before the statement. Statement: {statement}. Remove one of the two mappings and restart: binval reads the statement again (with only {other} mapped, it stays with the name {onto} and its keys are marked stale; with only {mapping}, it follows its table to {onto})",
+        table = conflict.table, mapping = conflict.mapping, onto = conflict.onto, other = conflict.other
+    )]
+    RenameConflict { kind: &'static str, position: String, conflict: Box<crate::mapping::RenameConflict>, statement: String },
     /// The source writes events binval cannot decode or must not pass over (an unknown
     /// non-ignorable event type, an INCIDENT, MariaDB legacy temporal columns, a binlog file
     /// past 4 GiB).

@@ -11,7 +11,7 @@
 //! | 2 | [`binlog::resume`], [`binlog::reader`] | where reading starts; the replica connection with heartbeats and reconnects |
 //! | 3 | [`binlog::framing`] | events as stored -> events to handle (MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, the TABLE_MAP cache), shared with the offline reader |
 //! | 4 | [`binlog::decode`] | row events -> rows with named columns and canonical JSON values |
-//! | 5 | [`binlog::ddl`], [`binlog::txn`] | table DDL on mapped tables; rows grouped by transaction, only committed ones go on |
+//! | 5 | [`binlog::ddl`], [`binlog::json_columns`], [`binlog::txn`], [`binlog::xa`] | table DDL on mapped tables (and the MariaDB JSON columns after it); rows grouped by transaction, only committed ones go on (prepared XA transactions held until their XA COMMIT) |
 //! | 6 | [`mapping`] | rows of `schema.table` -> logical key changes, one per key per transaction |
 //! | 7 | [`write::apply`] | one transaction applied (used by `run` and `replay`): the next three steps in order |
 //! | 7a | [`write::fence`] | the transaction's fence position: the order every write is checked against |
@@ -47,8 +47,10 @@
 //! * I2 no regression: every write is fenced by the change's fence position ([`write::fence`],
 //!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]).
 //! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
-//!   writes and events were all acknowledged; [`binlog::reader`] resumes from the end of the last
-//!   whole transaction.
+//!   writes and events were all acknowledged, and never past the XA PREPARE of a prepared XA
+//!   transaction whose changes are held ([`binlog::xa`]); [`binlog::reader`] resumes from the
+//!   end of the last whole transaction; an operator's start position inside a transaction is
+//!   moved back to its start ([`binlog::boundary`]).
 //! * I6 bounded memory: bounded channels between the tasks of [`pipeline`].
 //! * I7 bad input: [`config`] errors name the field, decode errors name the binlog position,
 //!   [`error`] classifies MySQL, Redis and Kafka failures.

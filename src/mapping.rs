@@ -524,7 +524,14 @@ replicas = 4
         let mut out = vec![];
         let after = row(json!({"id": 1, "sku": "A", "price": "1.50"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0, json_columns: None },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Insert,
+                before: None,
+                after: Some(after.clone()),
+                event: 0,
+                json_columns: None,
+            },
             &mut out,
         );
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
@@ -534,7 +541,14 @@ replicas = 4
         out.clear();
         let after2 = row(json!({"id": 1, "sku": "B", "price": "2.00"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0, json_columns: None },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(after.clone()),
+                after: Some(after2),
+                event: 0,
+                json_columns: None,
+            },
             &mut out,
         );
         let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
@@ -542,7 +556,17 @@ replicas = 4
         assert_eq!(out[0].payload, None);
 
         out.clear();
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None, event: 0, json_columns: None }, &mut out);
+        m.map_row(
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Delete,
+                before: Some(after),
+                after: None,
+                event: 0,
+                json_columns: None,
+            },
+            &mut out,
+        );
         assert!(out.iter().all(|c| c.op == Op::Delete && c.payload.is_none()));
     }
 
@@ -551,8 +575,22 @@ replicas = 4
         let m = mapper("");
         let r = |id: i64, sku: &str| row(json!({"id": id, "sku": sku}));
         let rows = vec![
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(1, "A")), after: Some(r(1, "B")), event: 0, json_columns: None },
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(2, "B")), after: Some(r(2, "A")), event: 0, json_columns: None },
+            RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(r(1, "A")),
+                after: Some(r(1, "B")),
+                event: 0,
+                json_columns: None,
+            },
+            RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(r(2, "B")),
+                after: Some(r(2, "A")),
+                event: 0,
+                json_columns: None,
+            },
         ];
         let mut out = vec![];
         m.map_rows(&rows, &mut out);
@@ -639,7 +677,9 @@ replicas = 4
         n.rename_statement(&m, &pairs(&[("shop.goods", "shop.items")])).unwrap();
         assert_eq!(n, TableNames::default(), "back to the configured names");
         // A swap through a temporary name: both stay with their names, both stale.
-        let o = n.rename_statement(&m, &pairs(&[("shop.items", "shop.tmp"), ("shop.items_new", "shop.items"), ("shop.tmp", "shop.items_new")])).unwrap();
+        let o = n
+            .rename_statement(&m, &pairs(&[("shop.items", "shop.tmp"), ("shop.items_new", "shop.items"), ("shop.tmp", "shop.items_new")]))
+            .unwrap();
         assert_eq!((o.followed.len(), o.stale), (0, vec!["shop.items".to_string(), "shop.items_new".to_string()]));
         assert_eq!(n, TableNames::default());
         // A table renamed away and back in one statement: nothing changes.
@@ -649,7 +689,12 @@ replicas = 4
         let e = n.rename_statement(&m, &pairs(&[("shop.items", "shop.items_old"), ("shop.items_new", "shop.items")])).unwrap_err();
         assert_eq!(
             e,
-            RenameConflict { mapping: "shop.items_new".into(), table: "shop.items_new".into(), onto: "shop.items".into(), other: "shop.items".into() }
+            RenameConflict {
+                mapping: "shop.items_new".into(),
+                table: "shop.items_new".into(),
+                onto: "shop.items".into(),
+                other: "shop.items".into()
+            }
         );
         assert_eq!(n, TableNames::default());
         // With only one of them mapped, the cut-over keeps the mapping with the name.

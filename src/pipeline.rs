@@ -46,8 +46,8 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::binlog::reader::{self, ReadState};
 use crate::binlog::boundary;
+use crate::binlog::reader::{self, ReadState};
 use crate::binlog::resume::{self, Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;

@@ -259,7 +259,9 @@ fn a_start_that_is_not_an_event_boundary_is_named_as_such() {
     let (at, end) = (ev["pos"].as_u64().unwrap(), ev["next_pos"].as_u64().unwrap());
     let e = read_file(&file, Some(at + 11), None, |_| {}).unwrap_err().to_string();
     assert!(
-        e.contains(&format!("position {} is not an event boundary", at + 11)) && e.contains(&at.to_string()) && e.contains(&end.to_string()),
+        e.contains(&format!("position {} is not an event boundary", at + 11))
+            && e.contains(&at.to_string())
+            && e.contains(&end.to_string()),
         "{e}"
     );
     let len = std::fs::metadata(&file).unwrap().len();

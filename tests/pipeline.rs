@@ -382,13 +382,18 @@ async fn xa_transactions_reach_the_cache_at_their_commit_and_never_before() {
         block(|| r.replica(&k(id), 0)).map(|p| serde_json::from_str::<serde_json::Value>(&p).unwrap()["title"].clone())
     };
     // One-phase XA commit on a mapped table: applied like any transaction.
-    xa(&env, &["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"]).await;
+    xa(&env, &["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"])
+        .await;
     // Two-phase XA on an unmapped table: passes by.
     xa(&env, &["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"]).await;
 
     // Two-phase on a mapped table: nothing reaches Redis at the PREPARE; later transactions
     // are applied meanwhile; the XA COMMIT applies it, versioned by the commit.
-    xa(&env, &["XA START 'three'", "UPDATE items SET title = 'prepared, then committed' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'"]).await;
+    xa(
+        &env,
+        &["XA START 'three'", "UPDATE items SET title = 'prepared, then committed' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'"],
+    )
+    .await;
     let v2 = env.exec_v("INSERT INTO items (id, title) VALUES (2, 'meanwhile')").await;
     assert_eq!(block(|| r.wait_version(&k(2), v2)), v2, "transactions after an XA PREPARE are applied");
     assert_eq!(title(&mut r, 1), Some(json!("xa one phase")), "the prepared change is not in the cache");
@@ -593,7 +598,8 @@ async fn a_host_in_the_source_url_connects_over_tcp() {
     let host_of = |url: String| async move {
         let cfg: binval::config::SourceConfig = serde_json::from_value(json!({"url": url, "server_id": 1})).unwrap();
         let mut c = binval::binlog::server::connect(&cfg).await.unwrap();
-        let host: String = c.query_first("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").await.unwrap().unwrap();
+        let host: String =
+            c.query_first("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").await.unwrap().unwrap();
         c.disconnect().await.ok();
         host
     };
@@ -613,7 +619,8 @@ async fn mariadb_long_unique_hash_columns_stay_out_of_the_payload() {
     env.exec("CREATE TABLE t (id INT PRIMARY KEY, body TEXT, UNIQUE KEY (body))").await;
     env.exec("CREATE TABLE u (id INT PRIMARY KEY, DB_ROW_HASH_1 BIGINT, b TEXT, UNIQUE KEY (b))").await;
     let start = env.binlog_now().await;
-    let mapping = "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n\n[[mappings]]\ntable = \"{db}.u\"\nkeys = [\"{p}:u:{id}\"]\n";
+    let mapping =
+        "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n\n[[mappings]]\ntable = \"{db}.u\"\nkeys = [\"{p}:u:{id}\"]\n";
     let run = start_pipeline(&env, &start, mapping);
     env.exec("INSERT INTO t VALUES (1, 'hello')").await;
     let v = env.exec_v("INSERT INTO u VALUES (1, 42, 'world')").await;
@@ -651,7 +658,11 @@ async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
     // The reader itself, opened there (as a checkpoint never would be), stops instead of
     // passing the transaction on without its first rows.
     let (file, pos) = at_rows.rsplit_once(':').unwrap();
-    let resume = binval::binlog::resume::Resume::FilePos(binval_protocol::SourcePosition { file: file.into(), pos: pos.parse().unwrap(), gtid: None });
+    let resume = binval::binlog::resume::Resume::FilePos(binval_protocol::SourcePosition {
+        file: file.into(),
+        pos: pos.parse().unwrap(),
+        gtid: None,
+    });
     let cfg = env.config(&before, &items_mapping(1));
     let mapper = std::sync::Arc::new(binval::mapping::Mapper::new(&cfg.mappings).unwrap());
     let (tx, _rx) = tokio::sync::mpsc::channel(16);

@@ -17,7 +17,7 @@
 //! The check reads the file over its own replica connection: first only the event at the
 //! position (a GTID event there starts a group: nothing more to read), else the file from its
 //! start up to the position, through the same event handlers the reader uses
-//! ([`crate::binlog::events`]), so "inside a group" means exactly what it means to the reader.
+//! (`binlog::events`), so "inside a group" means exactly what it means to the reader.
 //! Checkpoints are never checked: binval saves only positions between transactions.
 
 use binval_protocol::{BinlogPosition, SourcePosition};
@@ -119,7 +119,9 @@ async fn scan(cfg: &SourceConfig, position: &BinlogPosition, origin: &str) -> Re
                 break Some(Ok(if ctx.in_group() { ctx.group_start.clone().map(|s| s.pos) } else { None }));
             }
             if begins < position.pos && position.pos < ends {
-                break Some(Err(refuse(format!("it is not an event boundary: the event at {begins} ends at {ends}; start at one of those"))));
+                break Some(Err(refuse(format!(
+                    "it is not an event boundary: the event at {begins} ends at {ends}; start at one of those"
+                ))));
             }
             if begins > position.pos {
                 break Some(Err(refuse(format!("it is not an event boundary: the next event begins at {begins}"))));

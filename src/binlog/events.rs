@@ -20,10 +20,10 @@ use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
 use crate::binlog::reader::{ReadSettings, ReadState};
-use crate::binlog::row_events::SpillSettings;
-use crate::binlog::xa::{Decided, PreparedXas, Xid};
 use crate::binlog::resume::{Resume, SourceStats};
+use crate::binlog::row_events::SpillSettings;
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
+use crate::binlog::xa::{Decided, PreparedXas, Xid};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::Mapper;
 
@@ -350,8 +350,9 @@ fn on_incident(ctx: &ReadContext<'_>, placed: BinlogEventHeader, i: &IncidentEve
 /// empty (its GTID and position move on, the checkpoint stays at the group's start while it is
 /// held).
 fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u8]) -> Result<Option<Transaction>, Error> {
-    let xid = Xid::from_prepare_event(body)
-        .ok_or_else(|| DefiniteError::UnsupportedEvent(format!("XA PREPARE at {}: its XID cannot be read (the event is cut short)", ctx.at(placed))))?;
+    let xid = Xid::from_prepare_event(body).ok_or_else(|| {
+        DefiniteError::UnsupportedEvent(format!("XA PREPARE at {}: its XID cannot be read (the event is cut short)", ctx.at(placed)))
+    })?;
     let rows = ctx.asm.take_rows();
     let start = match (&ctx.group_start, rows.is_empty()) {
         (_, true) => SourcePosition::default(),
@@ -362,7 +363,9 @@ fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u
         tracing::info!(xid = %xid, position = %ctx.at(placed), row_events = rows.events(), "XA PREPARE with changes of mapped tables: held until its XA COMMIT (applied) or XA ROLLBACK (dropped); the checkpoint stays at its start meanwhile");
     }
     let at = ctx.at(placed);
-    ctx.xa.prepare(xid, start, rows, &ctx.spill).map_err(|e| TransientError::Source(format!("holding the XA transaction prepared at {at}: {e}")))?;
+    ctx.xa
+        .prepare(xid, start, rows, &ctx.spill)
+        .map_err(|e| TransientError::Source(format!("holding the XA transaction prepared at {at}: {e}")))?;
     Ok(ctx.commit(placed))
 }
 
@@ -371,7 +374,11 @@ fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u
 fn on_xa_decision(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, commit: bool) -> Result<Option<Transaction>, Error> {
     let keyword = if commit { "XA COMMIT".len() } else { "XA ROLLBACK".len() };
     let xid = t.get(keyword..).and_then(Xid::parse_statement).ok_or_else(|| {
-        DefiniteError::UnsupportedEvent(format!("at {}: `{}` names no XID binval can read", ctx.at(placed), t.chars().take(200).collect::<String>()))
+        DefiniteError::UnsupportedEvent(format!(
+            "at {}: `{}` names no XID binval can read",
+            ctx.at(placed),
+            t.chars().take(200).collect::<String>()
+        ))
     })?;
     if commit {
         match ctx.xa.commit(&xid, &ctx.end(placed)) {
@@ -499,10 +506,7 @@ fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &Ta
         Err(c) => Err(DefiniteError::RenameConflict {
             kind: ddl.kind,
             position: ctx.at(placed),
-            mapping: c.mapping,
-            table: c.table,
-            onto: c.onto,
-            other: c.other,
+            conflict: Box::new(c),
             statement: t.chars().take(500).collect(),
         }
         .into()),

@@ -26,12 +26,13 @@
 //!   (`json_columns`), so a restart continues with exactly what the stopped process knew at
 //!   the checkpoint, not with what the schema says when it restarts.
 //!
-//! What remains: while binval is behind (after downtime, or `binval replay`, which starts with
-//! the schema of now), a DDL that changes a column's JSON-ness *without* changing its type or
-//! collation (`ADD CONSTRAINT ... CHECK (json_valid(c))` on a `utf8mb4_bin` LONGTEXT, or the
-//! opposite) takes effect for that table's rows from the first DDL on it that binval reads
-//! after it was run, not from its own position. A mapping that lists `json_columns` needs none
-//! of this.
+//! What remains: the schema is read when binval reads a DDL, not as of the DDL's time. When
+//! binval is behind by several DDLs on one table, or starts without a checkpoint from before a
+//! DDL (a first `FILE:POS` start, `binval replay`), the rows in between get what the schema
+//! says later, unless the TABLE_MAP tells them apart (a column whose type or collation differs
+//! from the schema's is never JSON): only a `json_valid` check added or dropped alone (on a
+//! `utf8mb4_bin` LONGTEXT) is not seen there. A mapping that lists `json_columns` needs none of
+//! this.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -81,7 +82,11 @@ impl JsonColumns {
         let mut out: Vec<JsonColumn> = rows
             .into_iter()
             .filter(|(col, _, clause, _)| *clause == format!("json_valid(`{col}`)"))
-            .map(|(name, data_type, _, id)| JsonColumn { name, data_type: data_type.to_ascii_lowercase(), collation: id.unwrap_or(0) as u16 })
+            .map(|(name, data_type, _, id)| JsonColumn {
+                name,
+                data_type: data_type.to_ascii_lowercase(),
+                collation: id.unwrap_or(0) as u16,
+            })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -101,11 +106,8 @@ impl JsonColumns {
     /// docs). Empty when none.
     pub fn for_table_map(&self, table: &str, schema: &TableSchema) -> Arc<[String]> {
         let Some(cols) = self.0.get(table) else { return Arc::from(Vec::new()) };
-        let matching: Vec<String> = cols
-            .iter()
-            .filter(|j| schema.columns.iter().any(|c| *c.name == *j.name && same_shape(c, j)))
-            .map(|j| j.name.clone())
-            .collect();
+        let matching: Vec<String> =
+            cols.iter().filter(|j| schema.columns.iter().any(|c| *c.name == *j.name && same_shape(c, j))).map(|j| j.name.clone()).collect();
         Arc::from(matching)
     }
 }

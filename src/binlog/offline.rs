@@ -165,7 +165,11 @@ fn skip_to_boundary(f: &mut BufReader<File>, file: &str, mut pos: u64, start: u6
         f.read_exact(&mut header).map_err(io)?;
         let size = u32::from_le_bytes(header[9..13].try_into().expect("4 bytes")) as u64;
         if size < HEADER_LEN as u64 {
-            return Err(OfflineError::Corrupt { file: file.to_string(), pos, detail: format!("event length {size} is shorter than its header") });
+            return Err(OfflineError::Corrupt {
+                file: file.to_string(),
+                pos,
+                detail: format!("event length {size} is shorter than its header"),
+            });
         }
         if pos + size > start {
             return Err(OfflineError::NotABoundary { file: file.to_string(), pos: start, before: pos, after: pos + size });

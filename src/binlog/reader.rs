@@ -33,11 +33,11 @@ use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
 use crate::binlog::json_columns::JsonColumns;
-use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
 use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
 use crate::binlog::txn::Transaction;
+use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};

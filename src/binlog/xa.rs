@@ -229,7 +229,13 @@ impl PreparedXas {
     /// beyond `settings.memory_bytes` in memory together go to their spill file.
     ///
     /// Errors: the spill file could not be written.
-    pub fn prepare(&mut self, xid: Xid, start: SourcePosition, mut rows: RowEvents, settings: &SpillSettings) -> Result<(), RowEventsError> {
+    pub fn prepare(
+        &mut self,
+        xid: Xid,
+        start: SourcePosition,
+        mut rows: RowEvents,
+        settings: &SpillSettings,
+    ) -> Result<(), RowEventsError> {
         self.state.open.insert(xid.to_string());
         self.changed = true;
         if rows.is_empty() {
@@ -255,7 +261,12 @@ impl PreparedXas {
         match held {
             Some(h) => Decided::Held(h.rows),
             None if was_open => Decided::Known,
-            None if self.state.applied.as_ref().is_some_and(|a| BinlogPosition::from(at).order_key() <= BinlogPosition::from(a).order_key()) => {
+            None if self
+                .state
+                .applied
+                .as_ref()
+                .is_some_and(|a| BinlogPosition::from(at).order_key() <= BinlogPosition::from(a).order_key()) =>
+            {
                 Decided::Known
             }
             None => Decided::Unknown,

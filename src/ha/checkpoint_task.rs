@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, Mutex};
 
+use crate::binlog::reader::ReadState;
 use crate::error::{Error, TransientError};
 use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
-use crate::binlog::reader::ReadState;
 use crate::telemetry::names;
 use crate::write::apply::Pending;
 use crate::write::kafka_sink::KafkaSink;

@@ -189,8 +189,10 @@ impl KeyIndex {
     /// 2^32 key changes.
     pub fn record(&mut self, changes: &[KeyChange]) -> Result<(), Error> {
         for c in changes {
-            self.changes =
-                self.changes.checked_add(1).ok_or_else(|| DefiniteError::UnsupportedEvent("a transaction with more than 2^32 key changes".into()))?;
+            self.changes = self
+                .changes
+                .checked_add(1)
+                .ok_or_else(|| DefiniteError::UnsupportedEvent("a transaction with more than 2^32 key changes".into()))?;
             let h = key_hash(&c.key);
             // `insert_hash` answers whether the hash may have been in the filter already.
             if self.seen.insert_hash(h) {

@@ -30,7 +30,7 @@ pub struct ColumnSchema {
     /// SET labels, bit 0 first.
     pub set_labels: Vec<String>,
     /// A column the server adds for itself, which `SELECT *` never shows (MariaDB's long-UNIQUE
-    /// hash columns, see [`mark_hidden_columns`]): decoded (the row image holds it) but left out
+    /// hash columns, see `mark_hidden_columns`): decoded (the row image holds it) but left out
     /// of rows unless [`TableSchema::keep_hidden`].
     pub hidden: bool,
 }
