@@ -26,6 +26,7 @@
 //! | `binval_queue_depth{stage}` | gauge | items waiting before a stage: `apply` (transactions read, not yet applied), `checkpoint` (groups applied, events not yet all acknowledged) |
 //! | `binval_queue_capacity{stage}` | gauge | capacity of that queue |
 //! | `binval_transactions_spilled_total` | counter | transactions whose row events went to a temporary file (`source.transaction_memory_mb`) |
+//! | `binval_xa_held` | gauge | prepared XA transactions with changes of mapped tables held until their XA COMMIT / ROLLBACK (while > 0 the checkpoint stays at the oldest one's XA PREPARE, see `binlog::xa`) |
 
 use tracing_subscriber::EnvFilter;
 
@@ -49,6 +50,7 @@ pub mod names {
     pub const QUEUE_DEPTH: &str = "binval_queue_depth";
     pub const QUEUE_CAPACITY: &str = "binval_queue_capacity";
     pub const TRANSACTIONS_SPILLED: &str = "binval_transactions_spilled_total";
+    pub const XA_HELD: &str = "binval_xa_held";
 }
 
 /// Install the global log subscriber. `json`: one JSON object per line. `level`: default filter.
@@ -95,4 +97,5 @@ fn describe() {
     describe_gauge!(QUEUE_DEPTH, "items waiting before a stage");
     describe_gauge!(QUEUE_CAPACITY, "capacity of the queue before a stage");
     describe_counter!(TRANSACTIONS_SPILLED, "transactions whose row events went to a temporary file");
+    describe_gauge!(XA_HELD, "prepared XA transactions held until their XA COMMIT or ROLLBACK");
 }

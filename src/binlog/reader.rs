@@ -220,6 +220,7 @@ async fn read_once(
             txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
         }
         if let Some(x) = ctx.xa.take_changed() {
+            metrics::gauge!(crate::telemetry::names::XA_HELD).set(ctx.xa.held() as f64);
             txn.xa = Some(Arc::new(x));
         }
         let pos = txn.position.clone();
