@@ -136,7 +136,9 @@ pub struct SourceConfig {
     #[serde(default = "default_source_name")]
     pub name: String,
     /// `mysql://user:password@host:port` of a user with REPLICATION SLAVE and REPLICATION CLIENT
-    /// (MariaDB: also BINLOG MONITOR) and SELECT.
+    /// (MariaDB: also BINLOG MONITOR) and SELECT. binval connects to that host and port over
+    /// TCP, also on the server's own machine (`?prefer_socket=true` switches to the server's Unix
+    /// socket, `?socket=/path` names one): see `binlog::server::source_opts`.
     pub url: String,
     /// server_id binval announces as a replica; must differ from every server and replica in the
     /// replication topology (MySQL/MariaDB reject duplicates).
@@ -190,7 +192,8 @@ pub struct SourceConfig {
     pub heartbeat_interval_ms: u64,
     /// Row events of one transaction held in memory, MiB; beyond it they go to a temporary
     /// file in `spill_dir` (deleted once the transaction is applied or dropped). Transactions
-    /// read but not yet applied hold at most twice this in all. Default 32.
+    /// read but not yet applied hold at most twice this in all; prepared XA transactions waiting
+    /// for their XA COMMIT at most this together (`binlog::xa`). Default 32.
     #[serde(default = "default_transaction_memory_mb")]
     pub transaction_memory_mb: u64,
     /// Folder of the temporary files of large transactions. Default: the system's temp

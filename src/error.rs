@@ -56,6 +56,9 @@ pub enum DefiniteError {
     /// The start position is no longer (or never was) in the primary's binlog.
     #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end. For `run`: the checkpoint (if one exists) wins over source.start, so delete it (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file) and set source.start to a position the server has; changes in between are not replayed, so delete the cached keys of the mapped tables first. binval never silently starts from now")]
     PositionGone { position: String, message: String },
+    /// A start position an operator gave cannot be read from (see `binlog::boundary`).
+    #[error("{origin} {position} is not a place to start reading: {message}")]
+    StartPosition { origin: String, position: String, message: String },
     /// A row could not be decoded exactly.
     #[error("at binlog position {position}: {source}")]
     Decode {
@@ -72,10 +75,13 @@ pub enum DefiniteError {
     /// Kafka refused an event for a reason retrying cannot fix.
     #[error("kafka refused the event for key {key} on topic {topic}: {message}")]
     KafkaRefused { key: String, topic: String, message: String },
-    /// A table-level DDL statement on a mapped table that binval cannot follow (a RENAME onto
-    /// the name of another mapped table).
-    #[error("{kind} of mapped table {table} at binlog position {position} would leave its cached keys stale; binval stops instead of skipping it. Statement: {statement}. Change the mapping (or unmap the table), then restart")]
-    UnsupportedDdl { kind: &'static str, table: String, position: String, statement: String },
+    /// A RENAME that moves a mapped table onto the name of another mapping (see
+    /// `mapping::TableNames::rename_statement`).
+    #[error(
+        "{kind} at binlog position {position} moves table {table} (mapped by the mapping of {mapping}) onto {onto}, where the mapping of {other} applies: two mappings on one table would mix their keys, and the binlog does not say which one you mean, so binval stops before the statement. Statement: {statement}. Remove one of the two mappings and restart: binval reads the statement again (with only {other} mapped, it stays with the name {onto} and its keys are marked stale; with only {mapping}, it follows its table to {onto})",
+        table = conflict.table, mapping = conflict.mapping, onto = conflict.onto, other = conflict.other
+    )]
+    RenameConflict { kind: &'static str, position: String, conflict: Box<crate::mapping::RenameConflict>, statement: String },
     /// The source writes events binval cannot decode or must not pass over (an unknown
     /// non-ignorable event type, an INCIDENT, MariaDB legacy temporal columns, a binlog file
     /// past 4 GiB).

@@ -10,7 +10,7 @@
 //! | 1 | [`binlog::server`] | connect, preflight of the binlog settings, binary logs, schema checks |
 //! | 2 | [`binlog::resume`], [`binlog::reader`] | where reading starts; the replica connection with heartbeats and reconnects |
 //! | 3 | [`binlog::framing`] | events as stored -> events to handle (MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, the TABLE_MAP cache), shared with the offline reader |
-//! | 4 | [`binlog::ddl`], [`binlog::row_events`], [`binlog::txn`] | table DDL on mapped tables; row events held raw (in memory, then in a temporary file) and grouped by transaction, only committed ones go on |
+//! | 4 | [`binlog::ddl`], [`binlog::json_columns`], [`binlog::row_events`], [`binlog::txn`], [`binlog::xa`] | table DDL on mapped tables (and the MariaDB JSON columns after it); row events held raw (in memory, then in a temporary file) and grouped by transaction, only committed ones go on (prepared XA transactions held until their XA COMMIT) |
 //! | 5 | [`write::group`] | every transaction already read as one group (or a large one alone, in chunks), decoded by [`binlog::decode`] (canonical JSON values) and mapped by [`mapping`] to one change per key |
 //! | 6 | [`write::apply`] | a group applied (`run`; one transaction for `replay`): the next three steps in order |
 //! | 6a | [`write::fence`] | each transaction's fence position: the order every write is checked against |
@@ -48,8 +48,10 @@
 //! * I2 no regression: every write is fenced by the change's fence position ([`write::fence`],
 //!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]).
 //! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
-//!   writes and events were all acknowledged; [`binlog::reader`] resumes from the end of the last
-//!   whole transaction.
+//!   writes and events were all acknowledged, and never past the XA PREPARE of a prepared XA
+//!   transaction whose changes are held ([`binlog::xa`]); [`binlog::reader`] resumes from the
+//!   end of the last whole transaction; an operator's start position inside a transaction is
+//!   moved back to its start ([`binlog::boundary`]).
 //! * I6 bounded memory: bounded channels and a memory budget between the tasks of [`pipeline`];
 //!   raw row events spilled past a limit ([`binlog::row_events`]); large transactions in chunks
 //!   ([`write::group`]).

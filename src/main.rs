@@ -94,6 +94,10 @@ enum Command {
         /// Stop before this position. Default: end of file.
         #[arg(long)]
         stop: Option<u64>,
+        /// Also show the columns MariaDB keeps for itself (the hidden hash column of a long
+        /// UNIQUE key, `DB_ROW_HASH_<n>`), which SELECT * and binval's payloads leave out.
+        #[arg(long)]
+        hidden_columns: bool,
     },
 }
 
@@ -105,7 +109,10 @@ fn main() -> ExitCode {
         | Command::Replay { config, .. }
         | Command::Republish { config, .. }
         | Command::Status { config, .. } => config.clone(),
-        Command::Decode { binlog_file, start, stop } => return binval::commands::decode::decode(binlog_file, *start, *stop),
+        Command::Decode { binlog_file, start, stop, hidden_columns } => {
+            let opts = binval::binlog::offline::DecodeOptions { start: *start, stop: *stop, hidden_columns: *hidden_columns };
+            return binval::commands::decode::decode(binlog_file, &opts);
+        }
     };
     let cfg = match Config::load(&path) {
         Ok(c) => c,

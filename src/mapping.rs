@@ -47,9 +47,11 @@ struct Rule {
     mode: MappingMode,
     ttl_secs: u64,
     /// Text columns whose values are JSON documents (MariaDB's JSON type is LONGTEXT with a
-    /// `json_valid` check; the binlog cannot tell it from text).
+    /// `json_valid` check; the binlog cannot tell it from text): configured, or detected at
+    /// start ([`Mapper::with_detected_json`], for rows that do not come from the binlog).
     json_columns: Vec<String>,
-    /// `json_columns` not configured: take the ones detected on the source.
+    /// `json_columns` not configured: take the ones detected on the source (for rows from the
+    /// binlog, the ones the reader knew at the row's TABLE_MAP: `RowChange::json_columns`).
     detect_json: bool,
 }
 
@@ -70,43 +72,120 @@ impl TableNames {
         }
     }
 
-    /// Follow `RENAME from TO to`. Returns `Ok(true)` when `from` was mapped (the rule now
-    /// applies to `to`), `Ok(false)` when neither is mapped, and `Err(configured name)` when
-    /// `to` is itself mapped (its keys would mix with another table's: not followed).
-    pub fn rename(&mut self, mapper: &Mapper, from: &str, to: &str) -> Result<bool, String> {
-        let Some(cfg) = self.resolve(mapper, from) else { return Ok(false) };
-        if let Some(other) = self.resolve(mapper, to) {
-            return Err(other);
+    /// Where each mapping's rule applies now: configured name -> live name (`None`: no table
+    /// is mapped by it, e.g. after an older version left it so).
+    fn locations(&self, mapper: &Mapper) -> HashMap<String, Option<String>> {
+        let mut at: HashMap<String, Option<String>> = HashMap::new();
+        for cfg in mapper.rules.keys() {
+            let live = self.0.iter().find(|(_, v)| v.as_deref() == Some(cfg.as_str())).map(|(k, _)| k.clone());
+            let live = live.or_else(|| (!self.0.contains_key(cfg)).then(|| cfg.clone()));
+            at.insert(cfg.clone(), live);
         }
-        if mapper.rules.contains_key(from) {
-            self.0.insert(from.to_string(), None);
-        } else {
-            self.0.remove(from);
-        }
-        if to == cfg {
-            self.0.remove(to);
-        } else {
-            self.0.insert(to.to_string(), Some(cfg));
-        }
-        Ok(true)
+        at
     }
 
-    /// Take back `rename(from, to)`: the rule applies to `from` again and `to` is unmapped.
-    /// Returns the configured name of the rule.
-    pub fn undo_rename(&mut self, mapper: &Mapper, from: &str, to: &str) -> Option<String> {
-        let cfg = self.resolve(mapper, to)?;
-        if mapper.rules.contains_key(to) {
-            self.0.insert(to.to_string(), None);
-        } else {
-            self.0.remove(to);
+    /// The state for the locations `at` (configured name -> live name), in its canonical form:
+    /// an entry for each rule applying under another name, and `None` for each configured name
+    /// its own rule does not apply to (and no other does).
+    fn from_locations(at: &HashMap<String, Option<String>>) -> Self {
+        let mut m = std::collections::BTreeMap::new();
+        for (cfg, live) in at {
+            if let Some(l) = live {
+                if l != cfg {
+                    m.insert(l.clone(), Some(cfg.clone()));
+                }
+            }
         }
-        if from == cfg {
-            self.0.remove(from);
-        } else {
-            self.0.insert(from.to_string(), Some(cfg.clone()));
+        for (cfg, live) in at {
+            if live.as_deref() != Some(cfg.as_str()) {
+                m.entry(cfg.clone()).or_insert(None);
+            }
         }
-        Some(cfg)
+        TableNames(m)
     }
+
+    /// The live `schema.table` names some mapping applies to now.
+    pub fn live_names(&self, mapper: &Mapper) -> Vec<String> {
+        let mut v: Vec<String> = self.locations(mapper).into_values().flatten().collect();
+        v.sort();
+        v
+    }
+
+    /// Follow one RENAME statement: `pairs` are its `(from, to)` renames, applied in order as
+    /// MySQL/MariaDB do (atomically: the statement is judged as a whole). Per mapping whose
+    /// table is named in the statement:
+    ///
+    /// * its name ends up holding a *different* table (an online schema change cut-over
+    ///   `RENAME TABLE t TO t_old, t_new TO t`, or a swap of two tables): the mapping stays with
+    ///   the name, and since the rows under it are others now, every key of it is stale
+    ///   ([`RenameOutcome::stale`]);
+    /// * its name is left empty: the mapping follows its table to the table's new name (rows and
+    ///   keys are unchanged, [`RenameOutcome::followed`]);
+    /// * its table comes back to its name: nothing changes.
+    ///
+    /// A mapping that would follow its table onto a name where another mapping applies is a
+    /// [`RenameConflict`]: two mappings on one table would mix their keys, and which one the
+    /// operator means is not in the binlog. Nothing is changed then.
+    pub fn rename_statement(&mut self, mapper: &Mapper, pairs: &[(String, String)]) -> Result<RenameOutcome, RenameConflict> {
+        // Which table (by its name before the statement) each name holds after it; a name not
+        // in `holds` keeps its own table, `None` is a name left empty.
+        let mut holds: HashMap<&str, Option<&str>> = HashMap::new();
+        for (from, to) in pairs {
+            let table = holds.get(from.as_str()).copied().unwrap_or(Some(from.as_str()));
+            holds.insert(from.as_str(), None);
+            holds.insert(to.as_str(), table);
+        }
+        let final_name = |table: &str| holds.iter().find(|(_, t)| **t == Some(table)).map(|(n, _)| n.to_string());
+        let mut at = self.locations(mapper);
+        let mut out = RenameOutcome::default();
+        for (cfg, live) in at.iter_mut() {
+            let Some(name) = live.clone() else { continue };
+            let Some(held) = holds.get(name.as_str()) else { continue };
+            match held {
+                Some(t) if *t == name => {}
+                Some(_) => out.stale.push(cfg.clone()),
+                None => {
+                    if let Some(to) = final_name(&name) {
+                        out.followed.push((cfg.clone(), name.clone(), to.clone()));
+                        *live = Some(to);
+                    }
+                }
+            }
+        }
+        for (cfg, from, to) in &out.followed {
+            if let Some((other, _)) = at.iter().find(|(c, l)| *c != cfg && l.as_deref() == Some(to.as_str())) {
+                return Err(RenameConflict { mapping: cfg.clone(), table: from.clone(), onto: to.clone(), other: other.clone() });
+            }
+        }
+        out.stale.sort();
+        out.followed.sort();
+        *self = Self::from_locations(&at);
+        Ok(out)
+    }
+}
+
+/// What one RENAME statement did to the mappings ([`TableNames::rename_statement`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RenameOutcome {
+    /// `(configured name, from, to)`: mappings that follow their table to its new name.
+    pub followed: Vec<(String, String, String)>,
+    /// Configured names of mappings that stay with their name, which now holds another table:
+    /// every key of them is stale.
+    pub stale: Vec<String>,
+}
+
+/// A RENAME that would move the table of mapping `mapping` (live name `table`) onto `onto`,
+/// where mapping `other` applies (see [`TableNames::rename_statement`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenameConflict {
+    /// The configured name of the mapping whose table moves.
+    pub mapping: String,
+    /// That table's name before the statement.
+    pub table: String,
+    /// The name it moves to.
+    pub onto: String,
+    /// The configured name of the mapping that applies to `onto`.
+    pub other: String,
 }
 
 /// The compiled mapping rules of a config.
@@ -176,7 +255,8 @@ impl Mapper {
     }
 
     /// Set the JSON columns detected on the source for `table` (MariaDB JSON columns, see
-    /// `binlog::server::mariadb_json_columns`); ignored for mappings that list `json_columns`.
+    /// `binlog::server::mariadb_json_columns`); ignored for mappings that list `json_columns`,
+    /// and for rows from the binlog, which carry the reader's own (`RowChange::json_columns`).
     pub fn set_detected_json(&mut self, table: &str, columns: Vec<String>) {
         if let Some(r) = self.rules.get_mut(table) {
             if r.detect_json {
@@ -197,8 +277,10 @@ impl Mapper {
 
     /// The mapper with the JSON columns detected on a MariaDB source (`detected`: `schema.table`
     /// -> column names, from `binlog::server::mariadb_json_columns`) set for the mappings
-    /// without `json_columns`, so their text values become JSON documents. Returns `mapper`
-    /// itself when nothing was detected (MySQL's binary JSON needs no detection).
+    /// without `json_columns`, so their text values become JSON documents: for rows that do not
+    /// come from the binlog (a table scan reads the schema of now). Rows from the binlog carry
+    /// the columns the reader knew at their TABLE_MAP instead (`binlog::json_columns`). Returns
+    /// `mapper` itself when nothing was detected (MySQL's binary JSON needs no detection).
     pub fn with_detected_json(mappings: &[MappingConfig], mapper: Arc<Mapper>, detected: HashMap<String, Vec<String>>) -> Arc<Mapper> {
         if detected.is_empty() {
             return mapper;
@@ -246,7 +328,11 @@ impl Mapper {
             let payload = || match rule.mode {
                 MappingMode::Invalidate => None,
                 MappingMode::WriteThrough => {
-                    row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), &rule.json_columns, &rule.table))
+                    let json: &[String] = match (&row.json_columns, rule.detect_json) {
+                        (Some(detected), true) => detected,
+                        _ => &rule.json_columns,
+                    };
+                    row.after.as_ref().map(|a| payload_of(a, rule.payload.as_deref(), json, &rule.table))
                 }
             };
             let mut push = |key: String, op: Op, payload: Option<String>| {
@@ -438,7 +524,14 @@ replicas = 4
         let mut out = vec![];
         let after = row(json!({"id": 1, "sku": "A", "price": "1.50"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Insert, before: None, after: Some(after.clone()), event: 0 },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Insert,
+                before: None,
+                after: Some(after.clone()),
+                event: 0,
+                json_columns: None,
+            },
             &mut out,
         );
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
@@ -448,7 +541,14 @@ replicas = 4
         out.clear();
         let after2 = row(json!({"id": 1, "sku": "B", "price": "2.00"}));
         m.map_row(
-            &RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(after.clone()), after: Some(after2), event: 0 },
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(after.clone()),
+                after: Some(after2),
+                event: 0,
+                json_columns: None,
+            },
             &mut out,
         );
         let got: Vec<(String, Op)> = out.iter().map(|c| (c.key.clone(), c.op)).collect();
@@ -456,7 +556,17 @@ replicas = 4
         assert_eq!(out[0].payload, None);
 
         out.clear();
-        m.map_row(&RowChange { table: "shop.items".into(), kind: RowKind::Delete, before: Some(after), after: None, event: 0 }, &mut out);
+        m.map_row(
+            &RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Delete,
+                before: Some(after),
+                after: None,
+                event: 0,
+                json_columns: None,
+            },
+            &mut out,
+        );
         assert!(out.iter().all(|c| c.op == Op::Delete && c.payload.is_none()));
     }
 
@@ -465,8 +575,22 @@ replicas = 4
         let m = mapper("");
         let r = |id: i64, sku: &str| row(json!({"id": id, "sku": sku}));
         let rows = vec![
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(1, "A")), after: Some(r(1, "B")), event: 0 },
-            RowChange { table: "shop.items".into(), kind: RowKind::Update, before: Some(r(2, "B")), after: Some(r(2, "A")), event: 0 },
+            RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(r(1, "A")),
+                after: Some(r(1, "B")),
+                event: 0,
+                json_columns: None,
+            },
+            RowChange {
+                table: "shop.items".into(),
+                kind: RowKind::Update,
+                before: Some(r(2, "B")),
+                after: Some(r(2, "A")),
+                event: 0,
+                json_columns: None,
+            },
         ];
         let mut out = vec![];
         m.map_rows(&rows, &mut out);
@@ -501,6 +625,7 @@ replicas = 4
                 before: None,
                 after: Some(row(json!({"id": 1, "sku": null, "price": "1.50"}))),
                 event: 0,
+                json_columns: None,
             },
             &mut out,
         );
@@ -515,10 +640,68 @@ replicas = 4
                 before: None,
                 after: Some(row(json!({"id": 1, "sku": "A"}))),
                 event: 0,
+                json_columns: None,
             },
             &mut out,
         );
         assert!(out.iter().all(|c| c.payload.is_none()));
+    }
+
+    fn two_mappings() -> Mapper {
+        let mut m = mapper("");
+        let extra = Mapper::new(
+            &crate::config::Config::from_toml(
+                "[source]\nurl = \"mysql://u:p@h:1\"\nserver_id = 1\n[redis]\nmode = \"standalone\"\nurls = [\"redis://h:1\"]\n[kafka]\nbrokers = \"h:1\"\n[[mappings]]\ntable = \"shop.items_new\"\nkeys = [\"n:{id}\"]\n",
+            )
+            .unwrap()
+            .mappings,
+        )
+        .unwrap();
+        m.rules.extend(extra.rules);
+        m
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+    }
+
+    #[test]
+    fn renames_follow_the_table_unless_the_name_gets_another() {
+        let m = two_mappings();
+        let mut n = TableNames::default();
+        // A plain rename: followed, and back again.
+        let o = n.rename_statement(&m, &pairs(&[("shop.items", "shop.goods")])).unwrap();
+        assert_eq!(o.followed, vec![("shop.items".into(), "shop.items".into(), "shop.goods".into())]);
+        assert_eq!(n.resolve(&m, "shop.goods").as_deref(), Some("shop.items"));
+        assert_eq!(n.resolve(&m, "shop.items"), None);
+        n.rename_statement(&m, &pairs(&[("shop.goods", "shop.items")])).unwrap();
+        assert_eq!(n, TableNames::default(), "back to the configured names");
+        // A swap through a temporary name: both stay with their names, both stale.
+        let o = n
+            .rename_statement(&m, &pairs(&[("shop.items", "shop.tmp"), ("shop.items_new", "shop.items"), ("shop.tmp", "shop.items_new")]))
+            .unwrap();
+        assert_eq!((o.followed.len(), o.stale), (0, vec!["shop.items".to_string(), "shop.items_new".to_string()]));
+        assert_eq!(n, TableNames::default());
+        // A table renamed away and back in one statement: nothing changes.
+        let o = n.rename_statement(&m, &pairs(&[("shop.items", "shop.t"), ("shop.t", "shop.items")])).unwrap();
+        assert_eq!(o, RenameOutcome::default());
+        // The cut-over onto another mapping's name: refused, nothing changed.
+        let e = n.rename_statement(&m, &pairs(&[("shop.items", "shop.items_old"), ("shop.items_new", "shop.items")])).unwrap_err();
+        assert_eq!(
+            e,
+            RenameConflict {
+                mapping: "shop.items_new".into(),
+                table: "shop.items_new".into(),
+                onto: "shop.items".into(),
+                other: "shop.items".into()
+            }
+        );
+        assert_eq!(n, TableNames::default());
+        // With only one of them mapped, the cut-over keeps the mapping with the name.
+        let m1 = mapper("");
+        let o = n.rename_statement(&m1, &pairs(&[("shop.items", "shop.items_old"), ("shop.items_new", "shop.items")])).unwrap();
+        assert_eq!((o.followed.len(), o.stale), (0, vec!["shop.items".to_string()]));
+        assert_eq!(n.resolve(&m1, "shop.items_old"), None);
     }
 
     fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {

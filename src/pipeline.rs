@@ -46,7 +46,8 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::binlog::reader;
+use crate::binlog::boundary;
+use crate::binlog::reader::{self, ReadState};
 use crate::binlog::resume::{self, Resume, SourceStats};
 use crate::binlog::server;
 use crate::binlog::txn::Transaction;
@@ -55,7 +56,7 @@ use crate::error::{task_failed, Error, TransientError};
 use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
 use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
-use crate::mapping::{Mapper, TableNames};
+use crate::mapping::Mapper;
 use crate::redis_conn::RedisConn;
 use crate::telemetry::{names, stage, QueueProbe};
 use crate::write::apply::{apply_loop, ApplyOptions, ApplyStats, Pending, Writer};
@@ -207,7 +208,7 @@ struct Prepared {
     writer: Writer,
     resume: Resume,
     gtids: GtidState,
-    names: TableNames,
+    state: ReadState,
 }
 
 /// One tenure: prepare, run the tasks, report the root cause.
@@ -258,13 +259,18 @@ async fn prepare(
         // Not fatal: the table may be created later; `binval check` fails on it.
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
-    let detected = if info.mariadb { server::mariadb_json_columns(&mut conn, &mapped_tables(cfg)).await? } else { Default::default() };
-    let mapper = Mapper::with_detected_json(&cfg.mappings, mapper, detected);
     drop(conn);
     let start = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
     let checkpoint = saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None });
-    let resume = resume::initial_resume(checkpoint, &start, &info)?;
-    let names = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
+    let mut resume = resume::initial_resume(checkpoint, &start, &info)?;
+    if let (None, Resume::FilePos(p), StartPoint::Binlog(_)) = (&saved, &resume, &start) {
+        // An operator's position may lie inside a transaction: start at its first event.
+        server::require_binlog_file(&logs, &p.into(), "source.start")?;
+        let at = boundary::group_start(&cfg.source, &p.into(), "source.start").await?;
+        resume = Resume::FilePos(SourcePosition { file: at.file, pos: at.pos, gtid: None });
+    }
+    // Renamed tables and JSON columns as of the checkpoint (the reader goes on from them).
+    let state = saved.as_ref().map(|c| c.read_state()).unwrap_or_default();
     let gtids = saved.as_ref().and_then(|c| c.gtid.as_deref()).map(GtidState::from_saved).unwrap_or_default();
     match (&saved, &resume) {
         (Some(c), _) => tracing::info!(file = %c.file, pos = c.pos, store = %store.location(), "resuming from checkpoint"),
@@ -275,7 +281,7 @@ async fn prepare(
             }
             // Pin the start now: a crash before the first transaction must not move a
             // `current` start forward and skip changes.
-            store.save(&checkpoint_at(p, &gtids, &names)).await?;
+            store.save(&checkpoint_at(p, &gtids, &state)).await?;
             tracing::info!(file = %p.file, pos = p.pos, store = %store.location(), "no checkpoint; starting at configured position");
         }
         (None, Resume::Gtid(g)) => tracing::info!(gtid = %g, "no checkpoint; starting at configured GTID position"),
@@ -291,12 +297,7 @@ async fn prepare(
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::run(),
     };
-    Ok(Some(Prepared { store, kafka, writer, resume, gtids, names }))
-}
-
-/// The `schema.table` names of the mappings.
-fn mapped_tables(cfg: &Config) -> Vec<String> {
-    cfg.mappings.iter().map(|m| m.table.clone()).collect()
+    Ok(Some(Prepared { store, kafka, writer, resume, gtids, state }))
 }
 
 /// Run the source, apply, checkpoint and lease tasks until they end; the root cause of their
@@ -345,14 +346,14 @@ async fn run_tasks(
         .heartbeat_table
         .as_ref()
         .map(|t| tokio::spawn(crate::binlog::heartbeat::run(cfg.source.clone(), t.clone(), stop_rx.clone())));
-    let source = reader::run(cfg.source.clone(), mapper, p.names.clone(), p.resume, txn_tx, stop_rx.clone(), stats.source.clone());
+    let source = reader::run(cfg.source.clone(), mapper, p.state.clone(), p.resume, txn_tx, stop_rx.clone(), stats.source.clone());
     let source_task = spawn(Box::pin(source));
     let apply_task = spawn(Box::pin(apply_loop(p.writer, txn_rx, ack_tx, stats.clone())));
     let checkpoint = CheckpointTask {
         store: Arc::new(Mutex::new(p.store)),
         kafka: p.kafka,
         gtids: p.gtids,
-        names: p.names,
+        state: p.state,
         interval: Duration::from_millis(cfg.checkpoint.interval_ms),
         stats,
     };

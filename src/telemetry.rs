@@ -53,6 +53,7 @@
 //! | `binval_apply_group_transactions` | histogram | transactions | | transactions per applied group (1 until group apply, issue #15) |
 //! | `binval_apply_group_keys` | histogram | key changes | | key changes per applied group |
 //! | `binval_transactions_spilled_total` | counter | transactions | | transactions whose row events were spilled to a temporary file (issue #15; 0 before it: nothing spills) |
+//! | `binval_xa_held` | gauge | transactions | | prepared XA transactions with changes of mapped tables held until their XA COMMIT / ROLLBACK (while > 0 the checkpoint stays at the oldest one's XA PREPARE, see `binlog::xa`) |
 //! | `binval_redis_apply_seconds` | histogram | s | | Redis time per applied transaction with mapped rows (all fenced writes acknowledged) |
 //! | `binval_kafka_delivery_seconds` | histogram | s | | enqueue (message timestamp) to the acknowledgement the checkpoint task sees, ms resolution |
 //! | `binval_errors_total` | counter | errors | `service`, `kind` | client errors as classified: `service` = `source`, `redis`, `kafka`; `kind` = `definite` (stops binval) or `transient` (retried) |
@@ -129,6 +130,8 @@ pub mod names {
     pub const APPLY_GROUP_KEYS: &str = "binval_apply_group_keys";
     /// counter (issue #15).
     pub const TRANSACTIONS_SPILLED: &str = "binval_transactions_spilled_total";
+    /// gauge, transactions.
+    pub const XA_HELD: &str = "binval_xa_held";
     /// histogram, seconds.
     pub const REDIS_APPLY_SECONDS: &str = "binval_redis_apply_seconds";
     /// histogram, seconds.
@@ -185,6 +188,7 @@ pub mod names {
         APPLY_GROUP_TRANSACTIONS,
         APPLY_GROUP_KEYS,
         TRANSACTIONS_SPILLED,
+        XA_HELD,
         REDIS_APPLY_SECONDS,
         KAFKA_DELIVERY_SECONDS,
         ERRORS,
@@ -603,6 +607,7 @@ fn describe() {
     describe_gauge!(QUEUE_CAPACITY, "capacity of a stage's output queue");
     describe_histogram!(APPLY_GROUP_TRANSACTIONS, "transactions per applied group");
     describe_histogram!(APPLY_GROUP_KEYS, "key changes per applied group");
+    describe_gauge!(XA_HELD, "prepared XA transactions held until their XA COMMIT or ROLLBACK");
     describe_counter!(TRANSACTIONS_SPILLED, "transactions whose row events were spilled to a temporary file");
     describe_histogram!(REDIS_APPLY_SECONDS, Unit::Seconds, "Redis time per applied transaction");
     describe_histogram!(KAFKA_DELIVERY_SECONDS, Unit::Seconds, "Kafka enqueue to acknowledgement");

@@ -237,3 +237,91 @@ fn unknown_event_types_are_not_passed_over() {
     let (_, l) = read("bug40482-bin.000001");
     assert!(l.iter().any(|e| e["event"] == "INCIDENT_EVENT" && e["incident"].is_string()), "incident reported");
 }
+
+/// The binlog file and position where `db` writes next.
+fn mariadb_now(db: &binval_testkit::MariaDb) -> (PathBuf, u64) {
+    let status = db.sql("SHOW MASTER STATUS").unwrap();
+    let mut it = status.split('\t');
+    (db.datadir.join(it.next().unwrap()), it.next().unwrap().trim().parse().unwrap())
+}
+
+#[test]
+fn a_start_that_is_not_an_event_boundary_is_named_as_such() {
+    // Issue #12 (6): `decode --start` in the middle of an event read the bytes there as an event
+    // header and reported "truncated event of 673207109 bytes".
+    let db = binval_testkit::mariadb();
+    let name = db.create_database("boundary").unwrap();
+    let (file, pos) = mariadb_now(db);
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, v TEXT); INSERT INTO `{name}`.t VALUES (1, REPEAT('x', 300));")).unwrap();
+    let mut lines = Vec::new();
+    read_file(&file, Some(pos), None, |l| lines.push(l)).unwrap();
+    let ev = lines.iter().find(|l| l.get("rows").is_some()).expect("a row event");
+    let (at, end) = (ev["pos"].as_u64().unwrap(), ev["next_pos"].as_u64().unwrap());
+    let e = read_file(&file, Some(at + 11), None, |_| {}).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("position {} is not an event boundary", at + 11))
+            && e.contains(&at.to_string())
+            && e.contains(&end.to_string()),
+        "{e}"
+    );
+    let len = std::fs::metadata(&file).unwrap().len();
+    let e = read_file(&file, Some(len + 100), None, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("beyond the end of the file"), "{e}");
+    // At a boundary, reading works as before.
+    assert!(read_file(&file, Some(at), None, |_| {}).is_err(), "a row event without its TABLE_MAP is still refused");
+    assert!(read_file(&file, Some(pos), Some(end), |_| {}).is_ok());
+}
+
+#[test]
+fn mariadb_hidden_hash_columns_are_left_out_unless_asked_for() {
+    // Issue #12 (4): MariaDB's hidden long-UNIQUE hash column (DB_ROW_HASH_1) was in `decode`'s rows.
+    let db = binval_testkit::mariadb();
+    let name = db.create_database("rowhash").unwrap();
+    let (file, pos) = mariadb_now(db);
+    db.sql(&format!("CREATE TABLE `{name}`.t (id INT PRIMARY KEY, body TEXT, UNIQUE KEY (body)); INSERT INTO `{name}`.t VALUES (1, 'x');"))
+        .unwrap();
+    let after = |hidden_columns: bool| {
+        let mut rows = Vec::new();
+        let opts = binval::binlog::offline::DecodeOptions { start: Some(pos), stop: None, hidden_columns };
+        binval::binlog::offline::read_file_with(&file, &opts, |l| {
+            if l.get("kind").is_some() {
+                rows.push(l["after"].clone())
+            }
+        })
+        .unwrap();
+        rows
+    };
+    assert_eq!(after(false), vec![json!({"id": 1, "body": "x"})]);
+    let shown = after(true);
+    assert_eq!(shown.len(), 1);
+    assert!(shown[0]["DB_ROW_HASH_1"].is_u64(), "shown when asked for: {}", shown[0]);
+}
+
+#[test]
+fn without_column_metadata_decode_says_so_and_falls_back_to_positions() {
+    // Issue #12 (5): with binlog_row_metadata=MINIMAL, `decode` printed `@0..` names, ENUM
+    // indexes and SET bit numbers without a word. The TABLE_MAP line now says it, and `binval
+    // decode` explains the fallback (naming the setting) once per table on stderr.
+    let db = binval_testkit::MariaDb::start_with(&["--binlog-row-metadata=MINIMAL"]).unwrap();
+    let name = db.create_database("minimal").unwrap();
+    let (file, pos) = mariadb_now(&db);
+    db.sql(&format!(
+        "CREATE TABLE `{name}`.t (id INT PRIMARY KEY, e ENUM('red','green'), s SET('a','b','c')); INSERT INTO `{name}`.t VALUES (1, 'green', 'a,c');"
+    ))
+    .unwrap();
+    let mut lines = Vec::new();
+    read_file(&file, Some(pos), None, |l| lines.push(l)).unwrap();
+    let tm = lines.iter().find(|l| l["event"] == "TABLE_MAP_EVENT").unwrap();
+    assert_eq!(tm["column_names"], json!(false), "{tm}");
+    assert_eq!(rows(&lines)[0]["after"], json!({"@0": 1, "@1": 2, "@2": ["#0", "#2"]}), "the documented fallback");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_binval"))
+        .args(["decode", "--binlog-file"])
+        .arg(&file)
+        .args(["--start", &pos.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("binlog_row_metadata=FULL").count(), 1, "one note per table: {err}");
+    assert!(err.contains(&format!("{name}.t")) && err.contains("@0") && err.contains("ENUM") && err.contains("SET"), "{err}");
+}

@@ -356,46 +356,85 @@ async fn a_sink_failure_stops_an_idle_pipeline_at_once() {
     run.stop().await;
 }
 
+/// Run `stmts` on one connection, then close it (a prepared XA transaction outlives it).
+async fn xa(env: &Env, stmts: &[&str]) {
+    use mysql_async::prelude::Queryable;
+    let mut c = env.conn().await;
+    for q in stmts {
+        c.query_drop(*q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    c.disconnect().await.ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xa_transactions_never_reach_the_cache_uncommitted() {
+async fn xa_transactions_reach_the_cache_at_their_commit_and_never_before() {
+    // Issue #12 (7): an XA PREPARE on a mapped table stopped binval for good. Now its changes
+    // are held until XA COMMIT (applied, at the commit's position) or XA ROLLBACK (dropped),
+    // other transactions flow meanwhile, and a restart in between still applies them.
     let env = Env::new("xa", RedisKind::Standalone);
     env.exec(ITEMS).await;
     env.exec("CREATE TABLE other (id INT PRIMARY KEY)").await;
     let start = env.binlog_now().await;
     let run = start_pipeline(&env, &start, &items_mapping(1));
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
-    let mut c = env.conn().await;
-    use mysql_async::prelude::Queryable;
-    // One-phase XA commit on a mapped table: applied like any transaction.
-    for q in ["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"] {
-        c.query_drop(q).await.unwrap();
-    }
-    // Two-phase XA on an unmapped table: passes by.
-    for q in ["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"] {
-        c.query_drop(q).await.unwrap();
-    }
-    c.query_drop("INSERT INTO items (id) VALUES (2)").await.unwrap();
-    let v2 = last_version(&mut c).await;
     let mut r = env.redis_client();
-    assert_eq!(block(|| r.wait_version(&k(2), v2)), v2);
-    assert!(block(|| r.version(&k(1))) > 0);
-    let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
-    assert_eq!(v["title"], json!("xa one phase"));
-    // Two-phase XA on a mapped table: refused loudly at PREPARE, nothing written.
-    for q in [
-        "XA START 'three'",
-        "UPDATE items SET title = 'prepared only' WHERE id = 1",
-        "XA END 'three'",
-        "XA PREPARE 'three'",
-        "XA ROLLBACK 'three'",
-    ] {
-        c.query_drop(q).await.unwrap();
-    }
-    c.disconnect().await.ok();
-    let e = run.expect_error(15).await;
-    assert!(e.to_string().contains("XA PREPARE"), "{e}");
-    let v: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k(1), 0)).unwrap()).unwrap();
-    assert_eq!(v["title"], json!("xa one phase"), "the prepared-then-rolled-back change never reached Redis");
+    let title = |r: &mut RedisClient, id: u32| -> Option<serde_json::Value> {
+        block(|| r.replica(&k(id), 0)).map(|p| serde_json::from_str::<serde_json::Value>(&p).unwrap()["title"].clone())
+    };
+    // One-phase XA commit on a mapped table: applied like any transaction.
+    xa(&env, &["XA START 'one'", "INSERT INTO items (id, title) VALUES (1, 'xa one phase')", "XA END 'one'", "XA COMMIT 'one' ONE PHASE"])
+        .await;
+    // Two-phase XA on an unmapped table: passes by.
+    xa(&env, &["XA START 'two'", "INSERT INTO other VALUES (1)", "XA END 'two'", "XA PREPARE 'two'", "XA ROLLBACK 'two'"]).await;
+
+    // Two-phase on a mapped table: nothing reaches Redis at the PREPARE; later transactions
+    // are applied meanwhile; the XA COMMIT applies it, versioned by the commit.
+    xa(
+        &env,
+        &["XA START 'three'", "UPDATE items SET title = 'prepared, then committed' WHERE id = 1", "XA END 'three'", "XA PREPARE 'three'"],
+    )
+    .await;
+    let v2 = env.exec_v("INSERT INTO items (id, title) VALUES (2, 'meanwhile')").await;
+    assert_eq!(block(|| r.wait_version(&k(2), v2)), v2, "transactions after an XA PREPARE are applied");
+    assert_eq!(title(&mut r, 1), Some(json!("xa one phase")), "the prepared change is not in the cache");
+    let vc = env.exec_v("XA COMMIT 'three'").await;
+    assert_eq!(block(|| r.wait_version(&k(1), vc)), vc, "applied at the XA COMMIT, with its version");
+    assert_eq!(title(&mut r, 1), Some(json!("prepared, then committed")));
+
+    // Prepared, then rolled back: never reaches the cache.
+    xa(&env, &["XA START 'four'", "UPDATE items SET title = 'rolled back' WHERE id = 2", "XA END 'four'", "XA PREPARE 'four'"]).await;
+    env.exec("XA ROLLBACK 'four'").await;
+    let v3 = env.exec_v("INSERT INTO items (id) VALUES (3)").await;
+    assert_eq!(block(|| r.wait_version(&k(3), v3)), v3);
+    assert_eq!(title(&mut r, 2), Some(json!("meanwhile")));
+
+    // Restarts between PREPARE and COMMIT: the checkpoint stays at the XA PREPARE's group.
+    xa(&env, &["XA START 'five'", "UPDATE items SET title = 'five' WHERE id = 2", "XA END 'five'", "XA PREPARE 'five'"]).await;
+    xa(&env, &["XA START 'six'", "UPDATE items SET title = 'six' WHERE id = 3", "XA END 'six'", "XA PREPARE 'six'"]).await;
+    let v4 = env.exec_v("INSERT INTO items (id) VALUES (4)").await;
+    assert_eq!(block(|| r.wait_version(&k(4), v4)), v4);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    let open: Vec<&str> = cp["xa"]["open"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert_eq!(open, vec!["X'66697665',X'',1", "X'736978',X'',1"], "{cp}");
+    let applied = &cp["xa"]["applied"];
+    assert!(applied["pos"].as_u64().unwrap() > cp["pos"].as_u64().unwrap() || applied["file"] != cp["file"], "held back: {cp}");
+    // 'five' is committed while binval is down, 'six' after it restarted.
+    let v5 = env.exec_v("XA COMMIT 'five'").await;
+    let run = start_pipeline(&env, &start, &items_mapping(1));
+    assert_eq!(block(|| r.wait_version(&k(2), v5)), v5, "committed while down: applied after the restart");
+    assert_eq!(title(&mut r, 2), Some(json!("five")));
+    assert_eq!(title(&mut r, 3), Some(json!(null)), "still prepared: not applied");
+    let v6 = env.exec_v("XA COMMIT 'six'").await;
+    assert_eq!(block(|| r.wait_version(&k(3), v6)), v6, "prepared before the restart, committed after it: applied");
+    assert_eq!(title(&mut r, 3), Some(json!("six")));
+    let v7 = env.exec_v("INSERT INTO items (id) VALUES (7)").await;
+    assert_eq!(block(|| r.wait_version(&k(7), v7)), v7);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp.get("xa").is_none(), "nothing prepared any more: the checkpoint moves freely again: {cp}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -548,4 +587,196 @@ async fn online_schema_change_cut_over_comments_and_create_or_replace_keep_keys_
     assert!(!e.is_transient());
     let m = e.to_string();
     assert!(m.contains("key column") && m.contains("id") && m.contains(&format!("{}.items", env.db)) && m.contains("mysql-bin."), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_in_the_source_url_connects_over_tcp() {
+    // Issue #12 (6): mysql_async's `prefer_socket` default switched a `mysql://user@127.0.0.1`
+    // connection to the server's Unix socket behind the operator's back (a proxy or firewall
+    // on the TCP port was bypassed). The host of the URL is used unless the URL asks otherwise.
+    use mysql_async::prelude::Queryable;
+    let host_of = |url: String| async move {
+        let cfg: binval::config::SourceConfig = serde_json::from_value(json!({"url": url, "server_id": 1})).unwrap();
+        let mut c = binval::binlog::server::connect(&cfg).await.unwrap();
+        let host: String =
+            c.query_first("SELECT HOST FROM information_schema.PROCESSLIST WHERE ID = CONNECTION_ID()").await.unwrap().unwrap();
+        c.disconnect().await.ok();
+        host
+    };
+    let url = tk::mariadb().root_url();
+    let host = host_of(url.clone()).await;
+    assert!(host.starts_with("127.0.0.1:"), "connected over TCP: {host}");
+    let host = host_of(format!("{url}?prefer_socket=true")).await;
+    assert_eq!(host, "localhost", "prefer_socket=true in the URL still asks for the socket");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_long_unique_hash_columns_stay_out_of_the_payload() {
+    // Issue #12 (4): a UNIQUE key on a TEXT column makes MariaDB add a hidden column
+    // `DB_ROW_HASH_1` (SELECT * does not show it), which the binlog carries; it was in every
+    // payload. A user's own column of that name is kept.
+    let env = Env::new("rowhash", RedisKind::Standalone);
+    env.exec("CREATE TABLE t (id INT PRIMARY KEY, body TEXT, UNIQUE KEY (body))").await;
+    env.exec("CREATE TABLE u (id INT PRIMARY KEY, DB_ROW_HASH_1 BIGINT, b TEXT, UNIQUE KEY (b))").await;
+    let start = env.binlog_now().await;
+    let mapping =
+        "[[mappings]]\ntable = \"{db}.t\"\nkeys = [\"{p}:t:{id}\"]\n\n[[mappings]]\ntable = \"{db}.u\"\nkeys = [\"{p}:u:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    env.exec("INSERT INTO t VALUES (1, 'hello')").await;
+    let v = env.exec_v("INSERT INTO u VALUES (1, 42, 'world')").await;
+    let mut r = env.redis_client();
+    let (kt, ku) = (format!("{}:t:1", env.prefix), format!("{}:u:1", env.prefix));
+    assert_eq!(block(|| r.wait_version(&ku, v)), v);
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&kt, 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "body": "hello"}), "the hidden hash column is not in the payload");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&ku, 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "DB_ROW_HASH_1": 42, "b": "world"}), "the user's column is; the hidden DB_ROW_HASH_2 is not");
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
+    // Issue #12 (2): `source.start = "FILE:POS"` at a row event (its TABLE_MAP just before)
+    // dropped that event's rows without a word. A start inside a transaction is moved back to
+    // the transaction's first event; a start inside an event is refused.
+    let env = Env::new("midtxn", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let before = env.binlog_now().await;
+    let v = env.exec_v("INSERT INTO items (id, title) VALUES (1, 'first'), (2, 'second')").await;
+    let at_rows = row_event_position(&before, &format!("{}.items", env.db));
+    let run = start_pipeline(&env, &at_rows, &items_mapping(1));
+    let v2 = env.exec_v("INSERT INTO items (id) VALUES (3)").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&format!("{}:item:3", env.prefix), v2)), v2);
+    assert_eq!(block(|| r.version(&format!("{}:item:1", env.prefix))), v, "the transaction the start position was in is applied whole");
+    assert_eq!(block(|| r.version(&format!("{}:item:2", env.prefix))), v);
+    run.stop().await;
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp["file"].is_string(), "{cp}");
+
+    // The reader itself, opened there (as a checkpoint never would be), stops instead of
+    // passing the transaction on without its first rows.
+    let (file, pos) = at_rows.rsplit_once(':').unwrap();
+    let resume = binval::binlog::resume::Resume::FilePos(binval_protocol::SourcePosition {
+        file: file.into(),
+        pos: pos.parse().unwrap(),
+        gtid: None,
+    });
+    let cfg = env.config(&before, &items_mapping(1));
+    let mapper = std::sync::Arc::new(binval::mapping::Mapper::new(&cfg.mappings).unwrap());
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let read = binval::binlog::reader::run(cfg.source, mapper, Default::default(), resume, tx, stop_rx, Default::default());
+    let e = tokio::time::timeout(Duration::from_secs(20), read).await.expect("the reader stops by itself").unwrap_err();
+    assert!(!e.is_transient() && e.to_string().contains("started inside a transaction"), "{e}");
+
+    // Inside an event: refused, naming the position.
+    let env = Env::new("midevent", RedisKind::Standalone);
+    let (file, pos) = at_rows.rsplit_once(':').unwrap();
+    let inside = format!("{file}:{}", pos.parse::<u64>().unwrap() + 3);
+    let e = start_pipeline(&env, &inside, &items_mapping(1)).expect_error(20).await;
+    assert!(!e.is_transient() && e.to_string().contains(&inside) && e.to_string().contains("not an event boundary"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rename_swap_between_two_mapped_tables_is_never_silent() {
+    // Issue #12 (1): with `acct` and `acct_new` both mapped, the cut-over `RENAME TABLE acct TO
+    // acct_old, acct_new TO acct` left the `an:` keys stale without a word. Now: a mapping
+    // whose name keeps a table stays with the name (its keys marked stale); a mapping whose
+    // table moves onto another mapping's name would mix two mappings on one table: binval stops.
+    let env = Env::new("swap", RedisKind::Standalone);
+    env.exec("CREATE TABLE acct (id INT PRIMARY KEY, bal INT)").await;
+    env.exec("CREATE TABLE acct_new (id INT PRIMARY KEY, bal INT)").await;
+    env.exec("CREATE TABLE x (id INT PRIMARY KEY, v INT)").await;
+    env.exec("CREATE TABLE y (id INT PRIMARY KEY, v INT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.acct\"\nkeys = [\"{p}:a:{id}\"]\n\n[[mappings]]\ntable = \"{db}.acct_new\"\nkeys = [\"{p}:an:{id}\"]\n\n\
+                   [[mappings]]\ntable = \"{db}.x\"\nkeys = [\"{p}:x:{id}\"]\n\n[[mappings]]\ntable = \"{db}.y\"\nkeys = [\"{p}:y:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    let mut r = env.redis_client();
+    let k = |t: &str, id: u32| format!("{}:{t}:{id}", env.prefix);
+
+    // A true swap of two mapped tables (through a temporary name): each mapping stays with its
+    // name, and the keys of both are marked stale; later rows go by name.
+    env.exec("INSERT INTO x VALUES (1, 10)").await;
+    let v = env.exec_v("INSERT INTO y VALUES (1, 20)").await;
+    assert_eq!(block(|| r.wait_version(&k("y", 1), v)), v);
+    let vs = env.exec_v("RENAME TABLE x TO tmp, y TO x, tmp TO y").await;
+    for t in ["x", "y"] {
+        assert_eq!(block(|| r.wait_version(&k(t, 1), vs)), vs, "{t}: keys marked stale at the swap");
+        assert_eq!(block(|| r.record(&k(t, 1), 0)), (None, Some(vs), false), "{t}: stale marker");
+    }
+    let v2 = env.exec_v("UPDATE x SET v = 21 WHERE id = 1").await;
+    assert_eq!(block(|| r.wait_version(&k("x", 1), v2)), v2, "the table now named x maps to x:*");
+    let row: serde_json::Value = serde_json::from_str(&block(|| r.replica(&k("x", 1), 0)).unwrap()).unwrap();
+    assert_eq!(row, json!({"id": 1, "v": 21}));
+
+    // The cut-over onto another mapped table's name: stopped, naming both mappings.
+    env.exec("INSERT INTO acct VALUES (1, 100)").await;
+    let v = env.exec_v("INSERT INTO acct_new VALUES (2, 200)").await;
+    assert_eq!(block(|| r.wait_version(&k("an", 2), v)), v);
+    env.exec("RENAME TABLE acct TO acct_old, acct_new TO acct").await;
+    env.exec("UPDATE acct SET bal = 250 WHERE id = 2").await;
+    let e = run.expect_error(20).await;
+    assert!(!e.is_transient());
+    let m = e.to_string();
+    assert!(m.contains("RENAME TABLE") && m.contains(&format!("{}.acct_new", env.db)) && m.contains(&format!("{}.acct", env.db)), "{m}");
+    assert_eq!(block(|| r.version(&k("an", 2))), v, "nothing after the statement was applied");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_json_columns_are_detected_at_event_time() {
+    // Issue #12 (3): JSON columns were detected once, at start: a mapped table created later,
+    // or `ALTER TABLE ... ADD COLUMN j JSON`, gave the document as a string until a restart.
+    // Now each DDL on a mapped table refreshes the detection at its place in the binlog: rows
+    // before the DDL keep the old shape, rows after it get the new one.
+    let env = Env::new("jsonddl", RedisKind::Standalone);
+    env.exec("CREATE TABLE docs (id INT PRIMARY KEY, t LONGTEXT)").await;
+    let start = env.binlog_now().await;
+    let mapping = "[[mappings]]\ntable = \"{db}.docs\"\nkeys = [\"{p}:doc:{id}\"]\n\n[[mappings]]\ntable = \"{db}.later\"\nkeys = [\"{p}:later:{id}\"]\n";
+    let run = start_pipeline(&env, &start, mapping);
+    let doc = r#"{"amount": 105.0}"#;
+    // Before any DDL: `t` is text.
+    env.exec(&format!("INSERT INTO docs VALUES (1, '{doc}')")).await;
+    env.exec("ALTER TABLE docs ADD COLUMN j JSON").await;
+    env.exec(&format!("INSERT INTO docs VALUES (2, '{doc}', '{doc}')")).await;
+    env.exec("ALTER TABLE docs MODIFY t JSON").await;
+    env.exec(&format!("INSERT INTO docs VALUES (3, '{doc}', '{doc}')")).await;
+    env.exec("CREATE TABLE later (id INT PRIMARY KEY, doc JSON)").await;
+    let v = env.exec_v(&format!("INSERT INTO later VALUES (1, '{doc}')")).await;
+    let mut r = env.redis_client();
+    let k = |t: &str, id: u32| format!("{}:{t}:{id}", env.prefix);
+    assert_eq!(block(|| r.wait_version(&k("later", 1), v)), v);
+    let payload = |r: &mut RedisClient, key: String| block(|| r.replica(&key, 0)).unwrap();
+    assert_eq!(payload(&mut r, k("doc", 1)), format!(r#"{{"id":1,"t":"{}"}}"#, doc.replace('"', "\\\"")), "before the DDLs: text");
+    assert_eq!(
+        payload(&mut r, k("doc", 2)),
+        format!(r#"{{"id":2,"j":{doc},"t":"{}"}}"#, doc.replace('"', "\\\"")),
+        "after ADD COLUMN j JSON: j is a document, t still text"
+    );
+    assert_eq!(payload(&mut r, k("doc", 3)), format!(r#"{{"id":3,"j":{doc},"t":{doc}}}"#), "after MODIFY t JSON: both documents");
+    assert_eq!(payload(&mut r, k("later", 1)), format!(r#"{{"doc":{doc},"id":1}}"#), "a mapped table created after start");
+    run.stop().await;
+
+    let cp: serde_json::Value =
+        serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
+    assert!(cp["json_columns"][format!("{}.docs", env.db)].is_array(), "the checkpoint keeps what the reader knew: {cp}");
+
+    // While binval is down, `j` stops being JSON without changing its type or collation (the
+    // TABLE_MAP cannot show it): rows written before that still get it as a document after the
+    // restart (the checkpoint's knowledge), rows after it as text (the DDL's).
+    env.exec(&format!("INSERT INTO docs VALUES (5, '{doc}', '{doc}')")).await;
+    env.exec("ALTER TABLE docs MODIFY j LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin").await;
+    env.exec(&format!("INSERT INTO docs VALUES (6, '{doc}', '{doc}')")).await;
+    let run = start_pipeline(&env, &start, mapping);
+    let v = env.exec_v("INSERT INTO later VALUES (2, NULL)").await;
+    assert_eq!(block(|| r.wait_version(&k("later", 2), v)), v);
+    assert_eq!(payload(&mut r, k("doc", 5)), format!(r#"{{"id":5,"j":{doc},"t":{doc}}}"#), "written while j was JSON");
+    assert_eq!(
+        payload(&mut r, k("doc", 6)),
+        format!(r#"{{"id":6,"j":"{}","t":{doc}}}"#, doc.replace('"', "\\\"")),
+        "written after j became text"
+    );
+    run.stop().await;
 }

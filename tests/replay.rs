@@ -139,3 +139,21 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
     assert_eq!(code, 0, "{err}");
     assert!(lines.last().unwrap()["key_changes"].as_u64().unwrap() >= 7, "{:?}", lines.last());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_from_inside_a_transaction_replays_the_whole_transaction() {
+    // Issue #12 (2): `binval replay --from FILE:POS` at a row event skipped that event's rows.
+    let env = Env::new("replaymid", RedisKind::Standalone);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(20))").await;
+    let before = env.binlog_now().await;
+    let v = env.exec_v("INSERT INTO items VALUES (1, 10), (2, 20)").await;
+    let at_rows = row_event_position(&before, &format!("{}.items", env.db));
+    let cfg = write_config(&env, &env.config_toml(&before, MAPPING));
+    let (code, lines, err) = block(|| replay(&cfg, &["--from", &at_rows, "--dry-run"]));
+    assert_eq!(code, 0, "{err}");
+    let (summary, changes) = lines.split_last().unwrap();
+    assert_eq!(summary["key_changes"], json!(2), "{summary} {err}");
+    assert!(changes.iter().all(|l| l["version_new"] == json!(v)), "{changes:?}");
+    assert!(err.contains("inside") && err.contains(&at_rows), "the move is reported: {err}");
+}

@@ -6,10 +6,13 @@
 //!   invalidate every cached key of the table ([`TableDdl::invalidates`]): binval marks every
 //!   replica of the table's keys stale at the statement's position and publishes one `truncate`
 //!   event per key template (see `redis_sink::RedisConn::invalidate_template`).
-//! * RENAME TABLE and ALTER TABLE ... RENAME of a mapped table are followed: the table's rule
-//!   applies to the new name from then on (`mapping::TableNames`, saved in the checkpoint).
-//!   Renaming onto the name of another mapped table stops the source with a definite error
-//!   naming the table, the position and the statement.
+//! * RENAME TABLE and ALTER TABLE ... RENAME, judged per statement
+//!   (`mapping::TableNames::rename_statement`, saved in the checkpoint): a mapped table whose
+//!   name is left empty is followed (its rule applies to the new name from then on); a mapped
+//!   name that gets another table (an online schema change cut-over, a swap) keeps its rule and
+//!   every key of it is marked stale; a mapped table moved onto the name of another mapping
+//!   stops the source with a definite error naming both mappings, the position and the
+//!   statement.
 
 /// A statement that affects whole tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,43 @@ pub fn classify(query: &str, default_schema: &str) -> Option<TableDdl> {
         "ALTER" => alter_table(&toks, default_schema),
         _ => None,
     }
+}
+
+/// The tables a DDL statement creates, alters, renames or removes (`schema.table`, the
+/// statement's default schema filled in): what binval knows of them (their JSON columns, see
+/// `binlog::json_columns`) must be read again after it. Empty for anything else (DML,
+/// temporary tables, other objects).
+pub fn tables_named(query: &str, default_schema: &str) -> Vec<String> {
+    if let Some(d) = classify(query, default_schema) {
+        return d.tables;
+    }
+    let toks = tokenize(query);
+    let mut i = 1;
+    match kw(&toks, 0).as_str() {
+        "CREATE" => {
+            if kw(&toks, 1) == "OR" && kw(&toks, 2) == "REPLACE" {
+                i = 3;
+            }
+            if kw(&toks, i) != "TABLE" {
+                return Vec::new();
+            }
+            i += 1;
+            if kw(&toks, i) == "IF" && kw(&toks, i + 1) == "NOT" && kw(&toks, i + 2) == "EXISTS" {
+                i += 3;
+            }
+        }
+        "ALTER" => {
+            if kw(&toks, i) == "ONLINE" || kw(&toks, i) == "IGNORE" {
+                i += 1;
+            }
+            if kw(&toks, i) != "TABLE" {
+                return Vec::new();
+            }
+            i += 1;
+        }
+        _ => return Vec::new(),
+    }
+    name_at(&toks, i, default_schema).map(|(t, _)| vec![t]).unwrap_or_default()
 }
 
 /// Token `i` in upper case; empty past the end.
@@ -321,6 +361,19 @@ mod tests {
             t("ALTER TABLE items ADD COLUMN x INT, RENAME AS other.goods"),
             Some(("ALTER TABLE ... RENAME", vec!["shop.items".into(), "other.goods".into()]))
         );
+    }
+
+    #[test]
+    fn tables_named_by_ddl() {
+        let n = |q: &str| tables_named(q, "shop");
+        assert_eq!(n("CREATE TABLE t (id INT)"), vec!["shop.t".to_string()]);
+        assert_eq!(n("create table if not exists `x`.`t` like y"), vec!["x.t".to_string()]);
+        assert_eq!(n("CREATE OR REPLACE TABLE t (id INT)"), vec!["shop.t".to_string()]);
+        assert_eq!(n("ALTER ONLINE TABLE t ADD COLUMN j JSON"), vec!["shop.t".to_string()]);
+        assert_eq!(n("RENAME TABLE a TO b"), vec!["shop.a".to_string(), "shop.b".to_string()]);
+        assert!(n("CREATE TEMPORARY TABLE t (id INT)").is_empty());
+        assert!(n("CREATE VIEW v AS SELECT 1").is_empty());
+        assert!(n("INSERT INTO t VALUES (1)").is_empty());
     }
 
     #[test]

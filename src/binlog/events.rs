@@ -19,17 +19,27 @@ use mysql_common::binlog::events::{
 use crate::binlog::ddl::TableDdl;
 use crate::binlog::decode::{decode_rows, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, MariadbGtidEvent, TableMaps};
-use crate::binlog::reader::ReadSettings;
+use crate::binlog::reader::{ReadSettings, ReadState};
 use crate::binlog::resume::{Resume, SourceStats};
+use crate::binlog::row_events::SpillSettings;
 use crate::binlog::txn::{Assembler, Boundary, Transaction};
+use crate::binlog::xa::{Decided, PreparedXas, Xid};
 use crate::error::{DefiniteError, Error, TransientError};
-use crate::mapping::{Mapper, TableNames};
+use crate::mapping::Mapper;
 
 /// What one replica connection has read so far: the state the event handlers share.
 pub(crate) struct ReadContext<'a> {
-    mapper: &'a Mapper,
-    /// Renamed mapped tables (followed RENAMEs), saved with the checkpoint.
-    names: &'a mut TableNames,
+    pub(crate) mapper: &'a Mapper,
+    /// What the reader keeps across connections: renamed mapped tables, JSON columns.
+    pub(crate) state: &'a mut ReadState,
+    /// Prepared XA transactions held until their XA COMMIT / ROLLBACK (kept across
+    /// connections, see `binlog::xa`).
+    pub(crate) xa: &'a mut PreparedXas,
+    /// Where held row events spill (`source.transaction_memory_mb`, `source.spill_dir`).
+    spill: SpillSettings,
+    /// Mapped tables a DDL statement just named: their JSON columns are read again before the
+    /// next event is handled (see `binlog::json_columns`).
+    pub(crate) json_refresh: Vec<String>,
     stats: &'a SourceStats,
     /// The source is MariaDB (its TABLE_MAPs count GEOMETRY among the character columns).
     mariadb: bool,
@@ -40,20 +50,29 @@ pub(crate) struct ReadContext<'a> {
     pub(crate) last_pos: u64,
     /// A FORMAT_DESCRIPTION has been read on this connection.
     seen_fde: bool,
-    tables: TableMaps,
+    pub(crate) tables: TableMaps,
     asm: Assembler,
     /// `source.heartbeat_table` and `source.name`: rows of the heartbeat table written by this
     /// source are read here (not mapped) for the sub-second lag.
     heartbeat: Option<(String, String)>,
     /// Events read but not handled yet (the inner events of a TRANSACTION_PAYLOAD).
     pub(crate) framer: Framer,
+    /// Where the open event group began: its GTID event (MariaDB, MySQL), or its `BEGIN`
+    /// when no GTID event came first (MySQL 5.x). `None` before the first group.
+    pub(crate) group_start: Option<SourcePosition>,
+    /// No event group has begun on this connection yet. A row event, TABLE_MAP or commit seen
+    /// now belongs to a group that began before the start position: its first events (and so
+    /// some of its rows, or its GTID) were not read. The start position is checked before
+    /// reading (`binlog::boundary`), so this is a last guard: the reader stops instead.
+    before_first_group: bool,
 }
 
 impl<'a> ReadContext<'a> {
     /// The state of a new connection that starts at `resume`.
     pub(crate) fn new(
         mapper: &'a Mapper,
-        names: &'a mut TableNames,
+        state: &'a mut ReadState,
+        xa: &'a mut PreparedXas,
         stats: &'a SourceStats,
         mariadb: bool,
         resume: &Resume,
@@ -65,7 +84,10 @@ impl<'a> ReadContext<'a> {
         };
         ReadContext {
             mapper,
-            names,
+            state,
+            xa,
+            spill: settings.spill.clone(),
+            json_refresh: Vec::new(),
             stats,
             mariadb,
             file,
@@ -75,7 +97,30 @@ impl<'a> ReadContext<'a> {
             asm: Assembler::new(settings.spill),
             heartbeat: settings.heartbeat,
             framer: Framer::new(),
+            group_start: None,
+            before_first_group: true,
         }
+    }
+
+    /// True inside an event group (a transaction, or a MariaDB standalone statement group).
+    pub(crate) fn in_group(&self) -> bool {
+        self.asm.in_transaction()
+    }
+
+    /// An event group begins with the event placed by `placed`.
+    fn group_begins(&mut self, placed: BinlogEventHeader) {
+        let start = (placed.log_pos() as u64).saturating_sub(placed.event_size() as u64);
+        self.group_start = Some(SourcePosition { file: self.file.clone(), pos: start, gtid: None });
+        self.before_first_group = false;
+    }
+
+    /// The error for an event of a group whose start was not read (see `before_first_group`).
+    fn started_inside_a_group(&self, placed: BinlogEventHeader, what: &str) -> Error {
+        DefiniteError::UnsupportedEvent(format!(
+            "{what} at {}: the replica connection started inside a transaction (its first events lie before the start position), so some of its rows would be lost; start at the transaction's first event (its GTID event)",
+            self.at(placed)
+        ))
+        .into()
     }
 
     /// `file:pos` of an event placed by `placed` (see [`Framed::placed`]), for errors and logs.
@@ -148,10 +193,25 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
     }
     let placed = framed.placed();
     let data = match framed.body().map_err(|e| framing_error(ctx, e))? {
-        Body::MariadbGtid(g) => return Ok(on_mariadb_gtid(ctx, g)),
+        Body::MariadbGtid(g) => return Ok(on_mariadb_gtid(ctx, placed, g)),
         Body::Skipped => return Ok(None),
         Body::Data(data) => data,
     };
+    if ctx.before_first_group {
+        let what = match &data {
+            EventData::TableMapEvent(_) => Some("a TABLE_MAP"),
+            EventData::RowsEvent(_) => Some("a row event"),
+            EventData::XidEvent(_) => Some("a commit (XID)"),
+            EventData::XaPrepareLogEvent(_) => Some("an XA PREPARE"),
+            EventData::QueryEvent(q) if matches!(q.query().trim().to_ascii_uppercase().as_str(), "COMMIT" | "ROLLBACK") => {
+                Some("a COMMIT/ROLLBACK")
+            }
+            _ => None,
+        };
+        if let Some(what) = what {
+            return Err(ctx.started_inside_a_group(placed, what));
+        }
+    }
     Ok(match data {
         EventData::RotateEvent(r) => on_rotate(ctx, &framed.event, &r),
         EventData::FormatDescriptionEvent(_) => {
@@ -165,9 +225,9 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
         // a payload that cannot be read.
         EventData::TransactionPayloadEvent(_) => None,
         EventData::IncidentEvent(i) => return Err(on_incident(ctx, placed, &i)),
-        EventData::XaPrepareLogEvent(_) => on_xa_prepare(ctx, placed)?,
+        EventData::XaPrepareLogEvent(body) => on_xa_prepare(ctx, placed, &body)?,
         EventData::XidEvent(_) => ctx.commit(placed),
-        EventData::GtidEvent(g) => on_mysql_gtid(ctx, &g),
+        EventData::GtidEvent(g) => on_mysql_gtid(ctx, placed, &g),
         EventData::QueryEvent(q) => on_query(ctx, placed, &q)?,
         _ => None,
     })
@@ -216,14 +276,22 @@ fn on_table_map(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, tme: Table
             .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
         return Ok(None);
     }
-    let Some(configured) = ctx.names.resolve(ctx.mapper, &name) else {
+    let Some(configured) = ctx.state.names.resolve(ctx.mapper, &name) else {
         ctx.tables.forget(id);
         return Ok(None);
     };
     let mariadb = ctx.mariadb;
-    ctx.tables
-        .table_map(tme, Some(&configured), |tme| TableSchema::from_table_map(tme, mariadb))
-        .map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
+    let json = &ctx.state.json;
+    let prepare = |tme| {
+        let mut t = TableSchema::from_table_map(tme, mariadb)?;
+        if mariadb {
+            // What the reader knows of the table's JSON columns now, at its place in the binlog.
+            t.json_columns = Some(json.for_table_map(&name, &t));
+        }
+        Ok(t)
+    };
+    let r = ctx.tables.table_map(tme, Some(&configured), prepare);
+    r.map_err(|e| DefiniteError::Decode { position: ctx.at(placed), source: e })?;
     Ok(None)
 }
 
@@ -277,28 +345,71 @@ fn on_incident(ctx: &ReadContext<'_>, placed: BinlogEventHeader, i: &IncidentEve
     .into()
 }
 
-/// XA PREPARE: ends the event group of a prepared XA transaction; refused when it holds rows
-/// of mapped tables.
-fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader) -> Result<Option<Transaction>, Error> {
-    if ctx.asm.held_events() > 0 {
-        return Err(DefiniteError::UnsupportedEvent(format!(
-            "XA PREPARE at {} holds changes of mapped tables; binval does not apply two-phase XA transactions yet (they would reach the cache before their XA COMMIT or despite an XA ROLLBACK)",
-            ctx.at(placed)
+/// XA PREPARE: ends the event group of a prepared XA transaction. Its row events of mapped
+/// tables are held until its XA COMMIT or XA ROLLBACK (`binlog::xa`); the group passes on
+/// empty (its GTID and position move on, the checkpoint stays at the group's start while it is
+/// held).
+fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u8]) -> Result<Option<Transaction>, Error> {
+    let xid = Xid::from_prepare_event(body).ok_or_else(|| {
+        DefiniteError::UnsupportedEvent(format!("XA PREPARE at {}: its XID cannot be read (the event is cut short)", ctx.at(placed)))
+    })?;
+    let rows = ctx.asm.take_rows();
+    let start = match (&ctx.group_start, rows.is_empty()) {
+        (_, true) => SourcePosition::default(),
+        (Some(s), false) => s.clone(),
+        (None, false) => return Err(ctx.started_inside_a_group(placed, "an XA PREPARE")),
+    };
+    if !rows.is_empty() {
+        tracing::info!(xid = %xid, position = %ctx.at(placed), row_events = rows.events(), "XA PREPARE with changes of mapped tables: held until its XA COMMIT (applied) or XA ROLLBACK (dropped); the checkpoint stays at its start meanwhile");
+    }
+    let at = ctx.at(placed);
+    ctx.xa
+        .prepare(xid, start, rows, &ctx.spill)
+        .map_err(|e| TransientError::Source(format!("holding the XA transaction prepared at {at}: {e}")))?;
+    Ok(ctx.commit(placed))
+}
+
+/// `XA COMMIT xid` / `XA ROLLBACK xid` of a prepared XA transaction (its own event group): the
+/// held row events become this transaction's (commit) or are dropped (rollback).
+fn on_xa_decision(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, commit: bool) -> Result<Option<Transaction>, Error> {
+    let keyword = if commit { "XA COMMIT".len() } else { "XA ROLLBACK".len() };
+    let xid = t.get(keyword..).and_then(Xid::parse_statement).ok_or_else(|| {
+        DefiniteError::UnsupportedEvent(format!(
+            "at {}: `{}` names no XID binval can read",
+            ctx.at(placed),
+            t.chars().take(200).collect::<String>()
         ))
-        .into());
+    })?;
+    if commit {
+        match ctx.xa.commit(&xid, &ctx.end(placed)) {
+            Decided::Held(rows) => {
+                tracing::info!(xid = %xid, position = %ctx.at(placed), row_events = rows.events(), "XA COMMIT: the changes held since its XA PREPARE are applied");
+                ctx.asm.set_rows(rows);
+            }
+            Decided::Known => {}
+            Decided::Unknown => tracing::warn!(
+                xid = %xid,
+                position = %ctx.at(placed),
+                "XA COMMIT of a transaction whose XA PREPARE binval did not read (it lies before where binval started reading: source.start, or replay --from): if it changed mapped tables, those changes are not applied; replay from a position before its XA PREPARE"
+            ),
+        }
+    } else {
+        ctx.xa.rollback(&xid);
     }
     Ok(ctx.commit(placed))
 }
 
 /// MySQL GTID (or ANONYMOUS_GTID): a transaction starts; its `BEGIN` follows.
-fn on_mysql_gtid(ctx: &mut ReadContext<'_>, g: &GtidEvent) -> Option<Transaction> {
+fn on_mysql_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: &GtidEvent) -> Option<Transaction> {
+    ctx.group_begins(placed);
     let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
     ctx.asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
     None
 }
 
 /// MariaDB GTID: an event group starts; with `FL_STANDALONE` it is one statement.
-fn on_mariadb_gtid(ctx: &mut ReadContext<'_>, g: MariadbGtidEvent) -> Option<Transaction> {
+fn on_mariadb_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: MariadbGtidEvent) -> Option<Transaction> {
+    ctx.group_begins(placed);
     ctx.asm.boundary(Boundary::Begin { gtid: Some(g.gtid.to_string()), standalone: g.standalone() });
     None
 }
@@ -319,9 +430,21 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
     }
     Ok(if upper.starts_with("XA START") || upper.starts_with("XA END") || upper.starts_with("XA BEGIN") {
         None
-    } else if upper.starts_with("XA COMMIT") && ctx.asm.in_transaction() && t.to_ascii_uppercase().ends_with("ONE PHASE") {
-        ctx.commit(placed)
+    } else if upper.starts_with("XA COMMIT") && t.to_ascii_uppercase().ends_with("ONE PHASE") {
+        // One phase: an ordinary commit of the group it ends.
+        if ctx.asm.in_transaction() {
+            ctx.commit(placed)
+        } else {
+            None
+        }
+    } else if upper.starts_with("XA COMMIT") {
+        on_xa_decision(ctx, placed, t, true)?
+    } else if upper.starts_with("XA ROLLBACK") {
+        on_xa_decision(ctx, placed, t, false)?
     } else if t.eq_ignore_ascii_case("BEGIN") {
+        if !ctx.asm.in_transaction() {
+            ctx.group_begins(placed);
+        }
         ctx.asm.boundary(Boundary::Begin { gtid: None, standalone: false })
     } else if t.eq_ignore_ascii_case("COMMIT") {
         ctx.commit(placed)
@@ -337,73 +460,57 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
 fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, schema: &str) -> Result<Option<Transaction>, Error> {
     let mut invalidate_tables = Vec::new();
     let mut renamed = false;
+    if ctx.mariadb {
+        ctx.json_refresh.extend(crate::binlog::ddl::tables_named(t, schema));
+    }
     if let Some(ddl) = crate::binlog::ddl::classify(t, schema) {
         if ddl.invalidates() {
             for table in &ddl.tables {
-                if let Some(configured) = ctx.names.resolve(ctx.mapper, table) {
+                if let Some(configured) = ctx.state.names.resolve(ctx.mapper, table) {
                     invalidate_tables.push(configured);
                 }
             }
         } else {
-            let moved = follow_renames(ctx, placed, &ddl, t)?;
-            renamed = !moved.is_empty();
-            invalidate_tables = undo_cut_over(ctx, placed, &ddl, moved);
+            let before = ctx.state.names.clone();
+            invalidate_tables = follow_renames(ctx, placed, &ddl, t)?;
+            renamed = ctx.state.names != before;
         }
     }
     let end = ctx.end(placed);
     let b = ctx.asm.boundary(Boundary::Statement { end, timestamp_s: placed.timestamp(), invalidate_tables });
     Ok(b.map(|mut txn| {
         if renamed {
-            txn.table_names = Some(Arc::new(ctx.names.clone()));
+            txn.table_names = Some(Arc::new(ctx.state.names.clone()));
         }
         txn
     }))
 }
 
-/// RENAME: tables come in (from, to) pairs; a mapped table's rule follows it to its new name
-/// (its rows and keys are unchanged). Returns the pairs of mapped tables moved. Renaming onto
-/// the name of another mapped table is a definite error.
-fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<(String, String)>, Error> {
-    let mut moved: Vec<(String, String)> = Vec::new();
-    for pair in ddl.tables.chunks(2) {
-        let [from, to] = pair else { continue };
-        match ctx.names.rename(ctx.mapper, from, to) {
-            Ok(true) => {
-                moved.push((from.clone(), to.clone()));
-                tracing::info!(from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");
+/// RENAME: tables come in (from, to) pairs, judged as one statement
+/// ([`TableNames::rename_statement`]): a mapping follows its table to its new name, or stays
+/// with its name when the name gets another table (an online schema change cut-over); returns
+/// the configured names whose keys are stale. A mapping whose table would move onto the name of
+/// another mapping is a definite error ([`DefiniteError::RenameConflict`]).
+fn follow_renames(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, t: &str) -> Result<Vec<String>, Error> {
+    let pairs: Vec<(String, String)> = ddl.tables.chunks(2).filter_map(|p| p.get(1).map(|to| (p[0].clone(), to.clone()))).collect();
+    match ctx.state.names.rename_statement(ctx.mapper, &pairs) {
+        Ok(out) => {
+            for (mapping, from, to) in &out.followed {
+                tracing::info!(mapping = %mapping, from = %from, to = %to, position = %ctx.at(placed), "mapped table renamed: its mapping follows the new name");
             }
-            Ok(false) => {}
-            Err(_) => {
-                return Err(DefiniteError::UnsupportedDdl {
-                    kind: ddl.kind,
-                    table: to.to_string(),
-                    position: ctx.at(placed),
-                    statement: t.chars().take(500).collect(),
-                }
-                .into())
+            for mapping in &out.stale {
+                tracing::info!(mapping = %mapping, position = %ctx.at(placed), "another table took a mapped table's name (online schema change cut-over, or a swap): the mapping stays with the name; its keys are marked stale");
             }
+            Ok(out.stale)
         }
-    }
-    Ok(moved)
-}
-
-/// The renamed tables of [`follow_renames`] keep their rule with their new name... unless the
-/// same statement puts another table under the old name: the cut-over of an online schema
-/// change (gh-ost, pt-osc: `RENAME TABLE t TO t_old, t_new TO t`). The rule stays with the
-/// name, and since the table behind it is a new one, every key of it is marked stale. Returns
-/// the configured names whose keys are stale.
-fn undo_cut_over(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, ddl: &TableDdl, moved: Vec<(String, String)>) -> Vec<String> {
-    let mut invalidate_tables = Vec::new();
-    for (from, to) in moved {
-        let swapped_in = ddl.tables.chunks(2).any(|p| matches!(p, [_, t2] if *t2 == from));
-        if swapped_in {
-            if let Some(configured) = ctx.names.undo_rename(ctx.mapper, &from, &to) {
-                tracing::info!(table = %from, old_table_now = %to, position = %ctx.at(placed), "table swapped under a mapped name (online schema change cut-over): the mapping stays with the name; its keys are marked stale");
-                invalidate_tables.push(configured);
-            }
+        Err(c) => Err(DefiniteError::RenameConflict {
+            kind: ddl.kind,
+            position: ctx.at(placed),
+            conflict: Box::new(c),
+            statement: t.chars().take(500).collect(),
         }
+        .into()),
     }
-    invalidate_tables
 }
 
 /// True when the last 4 bytes of the event body are the CRC32 of the event before them

@@ -279,6 +279,13 @@ impl TableMaps {
         Ok(())
     }
 
+    /// Forget every table id whose TABLE_MAP named `table` (`schema.table` as in the TABLE_MAP):
+    /// its next TABLE_MAP is prepared anew, even if it is byte for byte the same (what binval
+    /// knows of the table changed, see `binlog::json_columns`).
+    pub fn forget_named(&mut self, table: &str) {
+        self.tables.retain(|_, t| format!("{}.{}", t.tme.database_name(), t.tme.table_name()) != table);
+    }
+
     /// Forget a table id (its last TABLE_MAP named a table that is not read).
     pub fn forget(&mut self, table_id: u64) {
         self.tables.remove(&table_id);

@@ -16,7 +16,7 @@
 //! reader's own is reading the file (event lengths, CRC32 checksums) and the JSON lines.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
@@ -51,6 +51,13 @@ pub enum OfflineError {
     /// An event could not be parsed (bad checksum, impossible length, bad body).
     #[error("{file}: corrupt event at position {pos}: {detail}")]
     Corrupt { file: String, pos: u64, detail: String },
+    /// A start position that is not where an event begins (`decode --start` in the middle of
+    /// an event): the event at `before` runs to `after`.
+    #[error("{file}: position {pos} is not an event boundary (the event at {before} ends at {after}): start at {before} or {after}")]
+    NotABoundary { file: String, pos: u64, before: u64, after: u64 },
+    /// A start position past the end of the file (`len` bytes).
+    #[error("{file}: position {pos} is beyond the end of the file ({len} bytes)")]
+    BeyondEnd { file: String, pos: u64, len: u64 },
     /// A row could not be decoded exactly.
     #[error("{file}: at position {pos}: {source}")]
     Decode {
@@ -74,10 +81,31 @@ pub struct Summary {
     pub end_pos: u64,
 }
 
+/// What [`read_file_with`] reads and shows.
+#[derive(Debug, Clone, Default)]
+pub struct DecodeOptions {
+    /// First event position (an event boundary); default 4, the first event.
+    pub start: Option<u64>,
+    /// Stop before this position (exclusive); default the end of the file.
+    pub stop: Option<u64>,
+    /// Show columns the server keeps for itself (MariaDB's long-UNIQUE hash columns
+    /// `DB_ROW_HASH_<n>`, see `decode::ColumnSchema::hidden`), left out by default as in the
+    /// live pipeline's payloads.
+    pub hidden_columns: bool,
+}
+
 /// Read `path` from `start` (an event boundary; default 4, the first event) to `stop`
 /// (exclusive; default end of file), calling `emit` with one JSON object per event and per
 /// row. Returns counts, or the first error with file and position.
-pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+    read_file_with(path, &DecodeOptions { start, stop, ..DecodeOptions::default() }, emit)
+}
+
+/// [`read_file`] with every option.
+///
+/// Errors: as [`read_file`]; a start inside an event ([`OfflineError::NotABoundary`]) or past
+/// the end ([`OfflineError::BeyondEnd`]).
+pub fn read_file_with(path: &Path, opts: &DecodeOptions, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
     let file = path.display().to_string();
     let io = |e: std::io::Error| OfflineError::Io { file: file.clone(), source: e };
     let mut f = BufReader::new(File::open(path).map_err(io)?);
@@ -91,8 +119,8 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
     let mut tables = TableMaps::new();
     let mut sum = Summary::default();
     let mut pos: u64 = 4;
-    let start = start.unwrap_or(4);
-    let stop = stop.unwrap_or(u64::MAX);
+    let start = opts.start.unwrap_or(4);
+    let stop = opts.stop.unwrap_or(u64::MAX);
     // The FORMAT_DESCRIPTION at 4 is always read, so a later start knows checksums and sizes.
     let mut skipping = start > 4;
     while pos < stop && pos < len {
@@ -100,20 +128,56 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, mut emit: i
         let here = pos;
         pos += size;
         if skipping {
-            // The FORMAT_DESCRIPTION at 4 has been read; jump to the requested start.
+            // The FORMAT_DESCRIPTION at 4 has been read; go to the requested start, from event
+            // header to event header, so a start inside an event is named as such.
             skipping = false;
-            f.seek(SeekFrom::Start(start)).map_err(io)?;
+            skip_to_boundary(&mut f, &file, pos, start, len)?;
             pos = start;
             continue;
         }
         framer.push(ev);
         for framed in framer.by_ref() {
             let framed = framed.map_err(|e| framing_error(&file, here, e))?;
-            handle(&file, here, &framed, &esr, &mut tables, &mut sum, &mut emit)?;
+            handle(&file, here, &framed, &esr, opts, &mut tables, &mut sum, &mut emit)?;
         }
     }
     sum.end_pos = pos;
     Ok(sum)
+}
+
+/// Walk the event headers from `pos` (just after the FORMAT_DESCRIPTION) to `start`: errors
+/// when `start` lies inside an event or past the end of the file (`len` bytes). Leaves `f` at
+/// `start`.
+fn skip_to_boundary(f: &mut BufReader<File>, file: &str, mut pos: u64, start: u64, len: u64) -> Result<(), OfflineError> {
+    let io = |e: std::io::Error| OfflineError::Io { file: file.to_string(), source: e };
+    if start > len {
+        return Err(OfflineError::BeyondEnd { file: file.to_string(), pos: start, len });
+    }
+    let mut header = [0u8; HEADER_LEN];
+    while pos < start {
+        if len - pos < HEADER_LEN as u64 {
+            return Err(OfflineError::Truncated {
+                file: file.to_string(),
+                pos,
+                detail: format!("{} bytes left, an event header needs {HEADER_LEN}", len - pos),
+            });
+        }
+        f.read_exact(&mut header).map_err(io)?;
+        let size = u32::from_le_bytes(header[9..13].try_into().expect("4 bytes")) as u64;
+        if size < HEADER_LEN as u64 {
+            return Err(OfflineError::Corrupt {
+                file: file.to_string(),
+                pos,
+                detail: format!("event length {size} is shorter than its header"),
+            });
+        }
+        if pos + size > start {
+            return Err(OfflineError::NotABoundary { file: file.to_string(), pos: start, before: pos, after: pos + size });
+        }
+        f.seek_relative((size - HEADER_LEN as u64) as i64).map_err(io)?;
+        pos += size;
+    }
+    Ok(())
 }
 
 /// Read the event at `pos` (`len`: the file's length): its header, then the rest of its
@@ -207,11 +271,13 @@ fn event_name(raw: u8) -> String {
 /// Handle one framed event of the file at `pos`: one JSON line for it, and one per row of a
 /// row event. A MariaDB compressed event is decoded as the plain event it wraps and reported
 /// under its own type; the inner events of a TRANSACTION_PAYLOAD at the payload's position.
+#[allow(clippy::too_many_arguments)]
 fn handle(
     file: &str,
     pos: u64,
     framed: &Framed,
     esr: &EventStreamReader,
+    opts: &DecodeOptions,
     tables: &mut TableMaps,
     sum: &mut Summary,
     emit: &mut impl FnMut(Json),
@@ -243,9 +309,16 @@ fn handle(
             line["table_id"] = json!(tme.table_id());
             let prepare = |tme| {
                 let mariadb = esr.get_fde().server_version().to_ascii_lowercase().contains("mariadb");
-                TableSchema::from_table_map_positional(tme, mariadb)
+                let mut t = TableSchema::from_table_map_positional(tme, mariadb)?;
+                t.keep_hidden = opts.hidden_columns;
+                Ok(t)
             };
+            let id = tme.table_id();
             tables.table_map(tme, None, prepare).map_err(|e| OfflineError::Decode { file: file.into(), pos, source: e })?;
+            if tables.get(id).is_some_and(|t| !t.has_column_names && !t.columns.is_empty()) {
+                // binlog_row_metadata=MINIMAL (or MySQL < 8.0.1): positional names, no labels.
+                line["column_names"] = json!(false);
+            }
         }
         EventData::RowsEvent(rows) => return on_rows(file, pos, &rows, line, tables, sum, emit),
         // Its inner events (reported at the payload's position) follow from the framer once

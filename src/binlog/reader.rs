@@ -32,10 +32,12 @@ use mysql_async::{BinlogStream, BinlogStreamRequest};
 use tokio::sync::{mpsc, watch};
 
 use crate::binlog::events::{self, ReadContext};
+use crate::binlog::json_columns::JsonColumns;
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
 use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
 use crate::binlog::txn::Transaction;
+use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::config::SourceConfig;
 use crate::error::{classify_mysql, DefiniteError, Error, TransientError};
 use crate::mapping::{Mapper, TableNames};
@@ -64,6 +66,22 @@ impl ReadSettings {
             heartbeat: cfg.heartbeat_table.clone().map(|t| (t, cfg.name.clone())),
         }
     }
+}
+
+/// What the reader keeps from one replica connection to the next, and starts from (the saved
+/// checkpoint's, or the default).
+#[derive(Debug, Clone, Default)]
+pub struct ReadState {
+    /// Renamed mapped tables (followed RENAMEs), saved with the checkpoint.
+    pub names: TableNames,
+    /// MariaDB JSON columns of the mapped tables as of the last event read
+    /// ([`crate::binlog::json_columns`]), saved with the checkpoint; a mapped table missing
+    /// from it is read from the schema when a connection opens.
+    pub json: JsonColumns,
+    /// Prepared XA transactions not decided yet, as of the checkpoint
+    /// ([`crate::binlog::xa`]); those with changes of mapped tables are read again from the
+    /// checkpoint's position, which is held back to the oldest of them.
+    pub xa: XaCheckpoint,
 }
 
 /// The memory budget of transactions read but not applied yet: each transaction sent holds
@@ -98,7 +116,7 @@ impl MemoryBudget {
 pub async fn run(
     cfg: SourceConfig,
     mapper: Arc<Mapper>,
-    mut names: TableNames,
+    mut state: ReadState,
     mut resume: Resume,
     out: mpsc::Sender<Transaction>,
     mut shutdown: watch::Receiver<bool>,
@@ -106,6 +124,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     // Transactions read but not applied hold at most twice one transaction's memory limit.
     let budget = MemoryBudget::new(((cfg.transaction_memory_mb as usize) << 20) * 2);
+    // Prepared XA transactions held live as long as the reader: across reconnects.
+    let mut xa = PreparedXas::from_checkpoint(&state.xa);
     let mut backoff = backoff::ExponentialBackoffBuilder::new()
         .with_initial_interval(Duration::from_millis(100))
         .with_max_interval(Duration::from_millis(cfg.reconnect_max_ms))
@@ -113,7 +133,7 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut names, &mut resume, &out, &mut shutdown, &stats, &budget).await;
+        let r = read_once(&cfg, &mapper, &mut state, &mut xa, &mut resume, &out, &mut shutdown, &stats, &budget).await;
         match r {
             Ok(()) => return Ok(()),
             Err(Error::Transient(e)) => {
@@ -140,7 +160,8 @@ pub async fn run(
 async fn read_once(
     cfg: &SourceConfig,
     mapper: &Mapper,
-    names: &mut TableNames,
+    state: &mut ReadState,
+    xa: &mut PreparedXas,
     resume: &mut Resume,
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
@@ -150,7 +171,20 @@ async fn read_once(
     let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
     let _connected = crate::telemetry::source_connected();
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
-    let mut ctx = ReadContext::new(mapper, names, stats, mariadb, resume, ReadSettings::from_config(cfg));
+    // MariaDB JSON columns of mapped tables not known yet (the first connection, a mapping
+    // added since the checkpoint) are read from the schema now; the rest is as the checkpoint
+    // (or the previous connection) left it. A second connection serves these queries.
+    let mut schema_conn = None;
+    // The first transaction sent on each connection carries what is known, for the checkpoint.
+    let mut json_changed = mariadb;
+    if mariadb {
+        let missing: Vec<String> = state.names.live_names(mapper).into_iter().filter(|t| !state.json.0.contains_key(t)).collect();
+        if !missing.is_empty() {
+            let conn = schema_conn.insert(connect(cfg).await?);
+            state.json.load(conn, missing).await?;
+        }
+    }
+    let mut ctx = ReadContext::new(mapper, state, xa, stats, mariadb, resume, ReadSettings::from_config(cfg));
     loop {
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
@@ -178,7 +212,18 @@ async fn read_once(
                 continue;
             }
         };
-        let Some(mut txn) = events::handle(&mut ctx, &framed)? else { continue };
+        let handled = events::handle(&mut ctx, &framed)?;
+        if !ctx.json_refresh.is_empty() {
+            json_changed |= refresh_json_columns(cfg, &mut ctx, &mut schema_conn).await?;
+        }
+        let Some(mut txn) = handled else { continue };
+        if std::mem::take(&mut json_changed) {
+            txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
+        }
+        if let Some(x) = ctx.xa.take_changed() {
+            metrics::gauge!(crate::telemetry::names::XA_HELD).set(ctx.xa.held() as f64);
+            txn.xa = Some(Arc::new(x));
+        }
         let pos = txn.position.clone();
         stats.in_flight.fetch_add(1, Relaxed);
         stats.at_end.store(false, Relaxed);
@@ -192,6 +237,31 @@ async fn read_once(
         }
         *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
     }
+}
+
+/// After a DDL statement named `ctx.json_refresh`: read the JSON columns of those of them that
+/// are mapped (after the statement) again, before the next event is handled, and forget their
+/// prepared TABLE_MAPs so the next ones use what was read (see [`crate::binlog::json_columns`]).
+/// Returns whether what is known changed.
+async fn refresh_json_columns(cfg: &SourceConfig, ctx: &mut ReadContext<'_>, conn: &mut Option<mysql_async::Conn>) -> Result<bool, Error> {
+    let before = ctx.state.json.clone();
+    for table in std::mem::take(&mut ctx.json_refresh) {
+        ctx.tables.forget_named(&table);
+        if ctx.state.names.resolve(ctx.mapper, &table).is_some() {
+            let c = match conn {
+                Some(c) => c,
+                None => conn.insert(connect(cfg).await?),
+            };
+            let cols = JsonColumns::load_table(c, &table).await?;
+            if ctx.state.json.0.get(&table) != Some(&cols) {
+                tracing::info!(table = %table, columns = ?cols.iter().map(|c| &c.name).collect::<Vec<_>>(), "MariaDB JSON columns after a DDL: their values go into the payload as JSON documents");
+            }
+            ctx.state.json.0.insert(table, cols);
+        } else {
+            ctx.state.json.0.remove(&table);
+        }
+    }
+    Ok(ctx.state.json != before)
 }
 
 /// Connect, run the preflight, and open the binlog stream at `resume`: checks that a resume

@@ -13,8 +13,8 @@
 //! reconnect), so memory does not grow with the transaction at all.
 //!
 //! A rolled-back transaction or one whose connection was cut is dropped with its events; an
-//! XA PREPARE'd one is refused by the reader before its commit: nothing held here reaches Redis
-//! before the transaction's commit is read.
+//! XA PREPARE'd one is held until its XA COMMIT (`binlog::xa`): nothing held here reaches
+//! Redis before the transaction's commit is read.
 //!
 //! # Shape
 //!
@@ -69,6 +69,40 @@ struct Spill {
     fde: FormatDescriptionEvent<'static>,
     events: u64,
     bytes: u64,
+}
+
+impl Spill {
+    /// A new spill file in `settings.dir`, read back with the format description of `first`.
+    fn create(first: &Event, settings: &SpillSettings) -> std::io::Result<Spill> {
+        let f = match &settings.dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        }?;
+        // No checksum on the way back: the data is stored without one.
+        let fde = first.fde().clone().with_footer(BinlogEventFooter::default());
+        Ok(Spill { file: BufWriter::with_capacity(1 << 16, f), fde, events: 0, bytes: 0 })
+    }
+
+    /// Append one event (module docs: the record layout).
+    fn write(&mut self, schema: u32, end_pos: u32, event: &Event) -> std::io::Result<()> {
+        let size = event.data().len();
+        let mut header = Vec::with_capacity(BinlogEventHeader::LEN);
+        event.header().serialize(&mut header);
+        let len = BinlogEventHeader::LEN + size;
+        header[9..13].copy_from_slice(&(len as u32).to_le_bytes());
+        let head = [schema.to_le_bytes(), end_pos.to_le_bytes(), (len as u32).to_le_bytes()].concat();
+        self.file.write_all(&head)?;
+        self.file.write_all(&header)?;
+        self.file.write_all(event.data())?;
+        self.events += 1;
+        self.bytes += size as u64;
+        Ok(())
+    }
+}
+
+/// The spill folder as errors name it.
+fn spill_dir_text(settings: &SpillSettings) -> String {
+    settings.dir.as_ref().map_or_else(|| std::env::temp_dir().display().to_string(), |d| d.display().to_string())
 }
 
 /// The row events of mapped tables of one transaction, in binlog order (see the module docs).
@@ -165,27 +199,40 @@ impl RowEvents {
             self.memory.push(Held { schema, end_pos, event });
             return Ok(());
         }
-        let dir_text = || settings.dir.as_ref().map_or_else(|| std::env::temp_dir().display().to_string(), |d| d.display().to_string());
-        let spill_err = |source| RowEventsError::Spill { dir: dir_text(), source };
+        let spill_err = |source| RowEventsError::Spill { dir: spill_dir_text(settings), source };
         if self.spill.is_none() {
-            let f = match &settings.dir {
-                Some(d) => tempfile::tempfile_in(d),
-                None => tempfile::tempfile(),
-            }
-            .map_err(spill_err)?;
-            // No checksum on the way back: the data is stored without one.
-            let fde = event.fde().clone().with_footer(BinlogEventFooter::default());
-            self.spill = Some(Spill { file: BufWriter::with_capacity(1 << 16, f), fde, events: 0, bytes: 0 });
+            self.spill = Some(Spill::create(&event, settings).map_err(spill_err)?);
         }
-        let s = self.spill.as_mut().expect("just created");
-        let mut header = Vec::with_capacity(BinlogEventHeader::LEN);
-        event.header().serialize(&mut header);
-        let len = BinlogEventHeader::LEN + size;
-        header[9..13].copy_from_slice(&(len as u32).to_le_bytes());
-        let head = [schema.to_le_bytes(), end_pos.to_le_bytes(), (len as u32).to_le_bytes()].concat();
-        s.file.write_all(&head).and_then(|_| s.file.write_all(&header)).and_then(|_| s.file.write_all(event.data())).map_err(spill_err)?;
-        s.events += 1;
-        s.bytes += size as u64;
+        self.spill.as_mut().expect("just created").write(schema, end_pos, &event).map_err(spill_err)
+    }
+
+    /// Move every event held in memory to the spill file (before those already there): a
+    /// prepared XA transaction waiting for its XA COMMIT keeps no memory (see `binlog::xa`).
+    ///
+    /// Errors: the spill file cannot be created or written ([`RowEventsError::Spill`]).
+    pub fn move_to_disk(&mut self, settings: &SpillSettings) -> Result<(), RowEventsError> {
+        let Some(first) = self.memory.first() else { return Ok(()) };
+        let spill_err = |source| RowEventsError::Spill { dir: spill_dir_text(settings), source };
+        let mut s = Spill::create(&first.event, settings).map_err(spill_err)?;
+        for h in &self.memory {
+            s.write(h.schema, h.end_pos, &h.event).map_err(spill_err)?;
+        }
+        if let Some(mut old) = self.spill.take() {
+            // Events spilled before come after the ones that were in memory.
+            let copy = (|| -> std::io::Result<()> {
+                old.file.flush()?;
+                let mut f = old.file.get_ref().try_clone()?;
+                f.seek(SeekFrom::Start(0))?;
+                std::io::copy(&mut f, &mut s.file)?;
+                Ok(())
+            })();
+            copy.map_err(spill_err)?;
+            s.events += old.events;
+            s.bytes += old.bytes;
+        }
+        self.memory.clear();
+        self.memory_bytes = 0;
+        self.spill = Some(s);
         Ok(())
     }
 

@@ -28,10 +28,25 @@ pub struct ServerInfo {
     pub current: SourcePosition,
 }
 
-/// Connect with the configured URL.
+/// Connect with the configured URL (see [`source_opts`]).
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
-    let opts = Opts::from_url(&cfg.url).map_err(|e| Error::config("source.url", e.to_string()))?;
-    Conn::new(opts).await.map_err(|e| classify_mysql(e, "connect"))
+    Conn::new(source_opts(&cfg.url)?).await.map_err(|e| classify_mysql(e, "connect"))
+}
+
+/// The connection options of `source.url`. The host and port of the URL are what binval
+/// connects to: mysql_async would otherwise (`prefer_socket`, on by default) ask a server on
+/// the same machine for its `@@socket` and switch to that Unix socket, bypassing a proxy or a
+/// firewall rule on the TCP port. A URL may still ask for it (`?prefer_socket=true`) or name a
+/// socket (`?socket=/path`).
+///
+/// Errors: a URL mysql_async cannot read (a config error naming `source.url`).
+pub fn source_opts(url: &str) -> Result<Opts, Error> {
+    let opts = Opts::from_url(url).map_err(|e| Error::config("source.url", e.to_string()))?;
+    let asked = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some("prefer_socket")));
+    if asked {
+        return Ok(opts);
+    }
+    Ok(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false).into())
 }
 
 /// Check the settings binval needs and read where the binlog is now.
@@ -88,8 +103,9 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
 /// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
 /// column check constraint named after the column with the clause ``json_valid(`col`)``
 /// (MariaDB docs, "JSON Data Type"); the binlog carries such values as text. Returns
-/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now (the schema
-/// at start, not at event time: a column changed to or from JSON later needs a restart).
+/// `schema.table` -> column names, from `information_schema.CHECK_CONSTRAINTS` now: for rows
+/// read from the tables now (a table scan). Rows read from the binlog use what the reader
+/// knew at their place in it instead (`binlog::json_columns`).
 pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<HashMap<String, Vec<String>>, Error> {
     let rows: Vec<(String, String, String, String)> = conn
         .query("SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CHECK_CLAUSE LIKE 'json_valid(%'")

@@ -35,6 +35,12 @@ pub struct Transaction {
     /// After a RENAME of a mapped table: the renamed-table state as of this transaction, for
     /// the checkpoint. `None` when unchanged.
     pub table_names: Option<Arc<crate::mapping::TableNames>>,
+    /// After a DDL statement changed what the reader knows of the mapped tables' MariaDB JSON
+    /// columns: all of it as of this transaction, for the checkpoint. `None` when unchanged.
+    pub json_columns: Option<Arc<crate::binlog::json_columns::JsonColumns>>,
+    /// After an XA PREPARE, COMMIT or ROLLBACK: what the checkpoint keeps of prepared XA
+    /// transactions as of this transaction (`binlog::xa`). `None` when unchanged.
+    pub xa: Option<Arc<crate::binlog::xa::XaCheckpoint>>,
     /// The transaction is binval's own heartbeat row (`source.heartbeat_table`): the primary's
     /// `NOW(6)` it wrote, Unix µs. It gives the lag sub-second precision (binlog headers carry
     /// whole seconds).
@@ -110,6 +116,18 @@ impl Assembler {
     /// Row events held right now.
     pub fn held_events(&self) -> u64 {
         self.rows.events()
+    }
+
+    /// Take the row events of the open transaction (an XA PREPARE hands them to
+    /// `binlog::xa`); it goes on with none.
+    pub fn take_rows(&mut self) -> RowEvents {
+        std::mem::take(&mut self.rows)
+    }
+
+    /// The open transaction's row events are `rows` (an XA COMMIT gets back what its XA
+    /// PREPARE held).
+    pub fn set_rows(&mut self, rows: RowEvents) {
+        self.rows = rows;
     }
 
     /// True inside a transaction.

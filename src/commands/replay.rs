@@ -232,7 +232,10 @@ pub async fn run(
     let (txn_tx, txn_rx) = mpsc::channel::<Transaction>(64);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(SourceStats::default());
-    let source_task = tokio::spawn(reader::run(range.source.clone(), mapper, names, range.resume.clone(), txn_tx, stop_rx, stats));
+    // JSON columns: read from the schema of now when the replica connection opens, then
+    // again after each DDL on a mapped table in the range (see binlog::json_columns).
+    let state = reader::ReadState { names, ..Default::default() };
+    let source_task = tokio::spawn(reader::run(range.source.clone(), mapper, state, range.resume.clone(), txn_tx, stop_rx, stats));
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {
         StartPoint::Binlog(p) => Some(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }),
@@ -263,16 +266,13 @@ fn selected_mappings(cfg: &Config, tables: &[String]) -> Result<Vec<MappingConfi
     Ok(cfg.mappings.iter().filter(|m| tables.contains(&m.table)).cloned().collect())
 }
 
-/// Check the source, detect MariaDB JSON columns and resolve the range: the mapper, the
+/// Check the source and resolve the range: the mapper, the
 /// range and whether the source is MariaDB.
 async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig]) -> Result<(Arc<Mapper>, Range, bool), Error> {
     let mapper = Arc::new(Mapper::new(mappings).map_err(|e| Error::config("mappings", e.to_string()))?);
     let mut conn = server::connect(&cfg.source).await?;
     let info = server::preflight(&mut conn).await?;
     let logs = server::binary_logs(&mut conn).await?;
-    let tables: Vec<String> = mappings.iter().map(|m| m.table.clone()).collect();
-    let detected = if info.mariadb { server::mariadb_json_columns(&mut conn, &tables).await? } else { Default::default() };
-    let mapper = Mapper::with_detected_json(mappings, mapper, detected);
     drop(conn);
     let to = args.to.clone().unwrap_or_else(|| StartPoint::Binlog(BinlogPosition::from(&info.current)));
     let mut source = cfg.source.clone();
@@ -283,6 +283,8 @@ async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig])
     let (resume, not_before_ms) = match &args.from {
         StartPoint::Binlog(p) => {
             server::require_binlog_file(&logs, p, "--from")?;
+            // A position inside a transaction starts at its first event (see binlog::boundary).
+            let p = crate::binlog::boundary::group_start(&source, p, "--from").await?;
             (Resume::FilePos(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }), 0)
         }
         StartPoint::Gtid(g) => (Resume::Gtid(g.clone()), 0),

@@ -13,9 +13,12 @@
 
 use std::path::PathBuf;
 
-use binval_protocol::{MariadbGtid, MariadbGtidPosition, SourcePosition};
+use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition, SourcePosition};
 use serde::{Deserialize, Serialize};
 
+use crate::binlog::json_columns::JsonColumns;
+use crate::binlog::reader::ReadState;
+use crate::binlog::xa::XaCheckpoint;
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::TableNames;
@@ -37,6 +40,27 @@ pub struct Checkpoint {
     /// Mapped tables renamed before this position (see [`crate::mapping::TableNames`]).
     #[serde(default, skip_serializing_if = "is_empty_names")]
     pub renamed: TableNames,
+    /// MariaDB JSON columns of the mapped tables as the reader knew them here (see
+    /// [`crate::binlog::json_columns`]): a restart goes on with them, not with the schema of
+    /// the restart's time.
+    #[serde(default, skip_serializing_if = "is_empty_json")]
+    pub json_columns: JsonColumns,
+    /// XA transactions prepared and not decided here (see [`crate::binlog::xa`]). While one
+    /// with changes of mapped tables is held, `file`/`pos` is where its event group begins (a
+    /// restart reads it again) and `xa.applied` the end of the last transaction applied.
+    #[serde(default, skip_serializing_if = "XaCheckpoint::is_empty")]
+    pub xa: XaCheckpoint,
+}
+
+fn is_empty_json(j: &JsonColumns) -> bool {
+    j.0.is_empty()
+}
+
+impl Checkpoint {
+    /// What the reader starts from at this checkpoint.
+    pub fn read_state(&self) -> ReadState {
+        ReadState { names: self.renamed.clone(), json: self.json_columns.clone(), xa: self.xa.clone() }
+    }
 }
 
 fn is_empty_names(n: &TableNames) -> bool {
@@ -229,9 +253,31 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
-/// Build a checkpoint for an acknowledged position.
-pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, names: &TableNames) -> Checkpoint {
-    Checkpoint { file: pos.file.clone(), pos: pos.pos, gtid: gtids.render(), saved_at_ms: crate::now_ms(), renamed: names.clone() }
+/// Build a checkpoint for an acknowledged position, with the reader's state as of it. While an
+/// XA transaction with changes of mapped tables is held (`state.xa.hold`), the position saved
+/// is where it begins, and `pos` (or, if later, the applied position of the checkpoint the run
+/// started from) is saved as `xa.applied` (see [`crate::binlog::xa`]).
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState) -> Checkpoint {
+    let (at, applied) = match &state.xa.hold {
+        Some(hold) => {
+            let key = |p: &SourcePosition| BinlogPosition::from(p).order_key();
+            let applied = match &state.xa.applied {
+                Some(a) if key(a) > key(pos) => a.clone(),
+                _ => SourcePosition { gtid: None, ..pos.clone() },
+            };
+            (hold, Some(applied))
+        }
+        None => (pos, None),
+    };
+    Checkpoint {
+        file: at.file.clone(),
+        pos: at.pos,
+        gtid: gtids.render(),
+        saved_at_ms: crate::now_ms(),
+        renamed: state.names.clone(),
+        json_columns: state.json.clone(),
+        xa: XaCheckpoint { open: state.xa.open.clone(), hold: None, applied },
+    }
 }
 
 #[cfg(test)]
@@ -264,7 +310,15 @@ mod tests {
         assert_eq!(s.load().await.unwrap(), None);
         let mut renamed = TableNames::default();
         renamed.0.insert("shop.goods".into(), Some("shop.items".into()));
-        let cp = Checkpoint { file: "mysql-bin.000002".into(), pos: 1234, gtid: Some("0-1-9".into()), saved_at_ms: 1, renamed };
+        let cp = Checkpoint {
+            file: "mysql-bin.000002".into(),
+            pos: 1234,
+            gtid: Some("0-1-9".into()),
+            saved_at_ms: 1,
+            renamed,
+            json_columns: JsonColumns::default(),
+            xa: XaCheckpoint::default(),
+        };
         s.save(&cp).await.unwrap();
         assert_eq!(s.load().await.unwrap(), Some(cp));
         std::fs::write(dir.join("cp.json"), "nonsense").unwrap();

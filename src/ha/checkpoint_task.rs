@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, Mutex};
 
+use crate::binlog::reader::ReadState;
 use crate::error::{Error, TransientError};
 use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
-use crate::mapping::TableNames;
 use crate::telemetry::names;
 use crate::write::apply::Pending;
 use crate::write::kafka_sink::KafkaSink;
@@ -43,8 +43,9 @@ pub struct CheckpointTask {
     pub kafka: Arc<KafkaSink>,
     /// GTID state of the saved checkpoint.
     pub gtids: GtidState,
-    /// Renamed-table state of the saved checkpoint.
-    pub names: TableNames,
+    /// The reader's state (renamed tables, JSON columns) of the saved checkpoint, moved on by
+    /// each acknowledged transaction that changed it.
+    pub state: ReadState,
     /// `checkpoint.interval_ms`.
     pub interval: Duration,
     /// Counters.
@@ -111,7 +112,16 @@ impl CheckpointTask {
             self.gtids.record(g);
         }
         if let Some(n) = &p.table_names {
-            self.names = (**n).clone();
+            self.state.names = (**n).clone();
+        }
+        if let Some(j) = &p.json_columns {
+            self.state.json = (**j).clone();
+        }
+        if let Some(x) = &p.xa {
+            // The applied position of the checkpoint the run started from stays known.
+            let applied = self.state.xa.applied.take();
+            self.state.xa = (**x).clone();
+            self.state.xa.applied = self.state.xa.applied.take().or(applied);
         }
         let now_ms = crate::now_ms();
         if p.commit_time_ms > 0 {
@@ -133,7 +143,7 @@ impl CheckpointTask {
     /// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
     /// and the next save retries).
     async fn save(&self, pos: &SourcePosition) -> Result<(), Error> {
-        let cp = checkpoint_at(pos, &self.gtids, &self.names);
+        let cp = checkpoint_at(pos, &self.gtids, &self.state);
         crate::failpoint::hit("checkpoint.before_save");
         match self.store.lock().await.save(&cp).await {
             Ok(()) => {

@@ -505,6 +505,10 @@ pub struct Pending {
     pub heartbeat_us: Option<u64>,
     /// The renamed-table state after the group, when it changed.
     pub table_names: Option<Arc<TableNames>>,
+    /// The MariaDB JSON columns known after the group, when they changed.
+    pub json_columns: Option<Arc<crate::binlog::json_columns::JsonColumns>>,
+    /// The prepared XA transactions after the group, when they changed (`binlog::xa`).
+    pub xa: Option<Arc<crate::binlog::xa::XaCheckpoint>>,
     /// Transactions of the group (0 for a chunk that is not the last of its transaction).
     pub transactions: u64,
     /// Events in flight, with their keys.
@@ -526,6 +530,8 @@ impl Pending {
             commit_time_ms,
             heartbeat_us,
             table_names: txns.iter_mut().rev().find_map(|t| t.table_names.take()),
+            json_columns: txns.iter_mut().rev().find_map(|t| t.json_columns.take()),
+            xa: txns.iter_mut().rev().find_map(|t| t.xa.take()),
             transactions: txns.len() as u64,
             deliveries,
         }
@@ -573,6 +579,8 @@ pub async fn apply_loop(
                 commit_time_ms: txn.commit_time_ms,
                 heartbeat_us: txn.heartbeat_us,
                 table_names: txn.table_names.take(),
+                json_columns: txn.json_columns.take(),
+                xa: txn.xa.take(),
                 ..Transaction::default()
             };
             let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;

@@ -341,3 +341,17 @@ impl Drop for KillOnPanic {
         }
     }
 }
+
+/// The position (`file:pos`, where the event begins) of the first row event of table
+/// `db.table` from `from` (`file:pos`) on, read from the server's own binlog file.
+pub fn row_event_position(from: &str, table: &str) -> String {
+    let (file, pos) = from.rsplit_once(':').unwrap();
+    let mut found = None;
+    binval::binlog::offline::read_file(&tk::mariadb().datadir.join(file), Some(pos.parse().unwrap()), None, |l| {
+        if found.is_none() && l.get("rows").is_some() && l["table"] == table {
+            found = l["pos"].as_u64();
+        }
+    })
+    .unwrap();
+    format!("{file}:{}", found.unwrap_or_else(|| panic!("no row event of {table} after {from}")))
+}

@@ -39,6 +39,10 @@ pub struct RowChange {
     /// Index of the row event within its transaction: rows of one event come from one
     /// statement and take effect together.
     pub event: u32,
+    /// The text columns of this row whose values are JSON documents, as the reader knew them
+    /// at the row's TABLE_MAP (MariaDB, see `binlog::json_columns`); `None` where nobody asked
+    /// (MySQL, whose JSON is binary, and the offline reader).
+    pub json_columns: Option<std::sync::Arc<[String]>>,
 }
 
 /// Decode every row of one row event of `table`, appending to `out`.
@@ -96,7 +100,7 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
             Some(cols) => Some(read_image(table, cols, json_ordinals.as_deref(), &mut buf, before.as_ref())?),
             None => None,
         };
-        out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0 });
+        out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0, json_columns: table.json_columns.clone() });
     }
     Ok(())
 }
@@ -169,7 +173,9 @@ fn read_image<'de>(
                 v => value_to_json(&table.name, col, v)?,
             }
         };
-        row.insert(col.name.to_string(), json);
+        if !col.hidden || table.keep_hidden {
+            row.insert(col.name.to_string(), json);
+        }
     }
     Ok(row)
 }
@@ -276,7 +282,7 @@ mod tests {
             let (b, a) = r.map_err(|e| DecodeError::Parse { table: table.name.to_string(), source: e })?;
             let before = b.map(|row| to_json(&before_cols, row.unwrap())).transpose()?;
             let after = a.map(|row| to_json(&after_cols, row.unwrap())).transpose()?;
-            out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0 });
+            out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0, json_columns: None });
         }
         Ok(out)
     }

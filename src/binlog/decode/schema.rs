@@ -29,6 +29,10 @@ pub struct ColumnSchema {
     pub enum_labels: Vec<String>,
     /// SET labels, bit 0 first.
     pub set_labels: Vec<String>,
+    /// A column the server adds for itself, which `SELECT *` never shows (MariaDB's long-UNIQUE
+    /// hash columns, see `mark_hidden_columns`): decoded (the row image holds it) but left out
+    /// of rows unless [`TableSchema::keep_hidden`].
+    pub hidden: bool,
 }
 
 /// A table as described by one TABLE_MAP event, prepared once and used for every row event that
@@ -43,6 +47,15 @@ pub struct TableSchema {
     pub tme: TableMapEvent<'static>,
     /// `0..columns.len()`: the present columns of a full row image.
     pub(super) all_columns: Vec<usize>,
+    /// The TABLE_MAP named the columns (`binlog_row_metadata=FULL`); without names (MINIMAL, or
+    /// MySQL before 8.0.1) they are `@0`, `@1`, ... and ENUM/SET values have no labels.
+    pub has_column_names: bool,
+    /// Put [`ColumnSchema::hidden`] columns into the rows too (`binval decode --hidden-columns`).
+    pub keep_hidden: bool,
+    /// Text columns whose values are JSON documents (MariaDB's JSON type is LONGTEXT with a
+    /// `json_valid` check, which the TABLE_MAP does not show): set by the reader from the
+    /// source's schema when it prepares the TABLE_MAP (`binlog::json_columns`); `None` for none.
+    pub json_columns: Option<Arc<[String]>>,
 }
 
 impl TableSchema {
@@ -71,12 +84,13 @@ impl TableSchema {
         }
         if mariadb {
             refuse_legacy_temporal(&name, &columns)?;
+            mark_hidden_columns(&mut columns);
         }
         if require_names && !have_names && !columns.is_empty() {
             return Err(DecodeError::NoColumnNames { table: name.to_string() });
         }
         let all_columns = (0..columns.len()).collect();
-        Ok(TableSchema { name, columns, tme, all_columns })
+        Ok(TableSchema { name, columns, tme, all_columns, has_column_names: have_names, keep_hidden: false, json_columns: None })
     }
 
     /// True when `tme` is byte for byte the TABLE_MAP this schema was prepared from (same
@@ -113,6 +127,7 @@ fn typed_columns(tme: &TableMapEvent<'static>, name: &Arc<str>) -> Result<Vec<Co
             text: crate::binlog::decode::charset::Charset::of(0),
             enum_labels: Vec::new(),
             set_labels: Vec::new(),
+            hidden: false,
         });
     }
     Ok(columns)
@@ -169,6 +184,26 @@ fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSc
         }
     }
     Ok(have_names)
+}
+
+/// Mark MariaDB's long-UNIQUE hash columns hidden. A UNIQUE key too long for a B-tree (on a
+/// TEXT or BLOB column, say) makes MariaDB (10.4+) add a column of its own holding a hash of the
+/// key, `INVISIBLE_FULL`: no statement can read it, `SELECT *` and information_schema do not
+/// show it, but the binlog's row images carry it like any column. MariaDB names it
+/// `DB_ROW_HASH_<n>` (the first free n: a user column `DB_ROW_HASH_1` makes it
+/// `DB_ROW_HASH_2`), types it BIGINT UNSIGNED and appends it after every other column
+/// (`add_hash_field` in MariaDB's sql_table.cc). The TABLE_MAP has no visibility flag, so that
+/// is what is checked: the trailing run of BIGINT UNSIGNED columns named `DB_ROW_HASH_<digits>`.
+/// A user's own column could only be taken for one if it matched all of it (name, type, and
+/// no other column after it).
+fn mark_hidden_columns(columns: &mut [ColumnSchema]) {
+    for c in columns.iter_mut().rev() {
+        let hash_name = c.name.strip_prefix("DB_ROW_HASH_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !(hash_name && c.ty == ColumnType::MYSQL_TYPE_LONGLONG && c.unsigned) {
+            break;
+        }
+        c.hidden = true;
+    }
 }
 
 /// Refuse a MariaDB table with legacy temporal columns. MariaDB writes DATETIME2/TIME2/
