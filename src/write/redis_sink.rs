@@ -94,8 +94,7 @@ impl RedisConn {
         let replies = self.script_batch(changes.len(), make, None).await;
         let mut lost = None;
         for ((a, ch), reply) in applied.iter_mut().zip(changes).zip(replies) {
-            let (written, moved, l, skipped): (u32, i64, i64, i64) =
-                reply.and_then(|v| redis::from_redis_value(v).map_err(RedisError::from)).map_err(|e| classify_redis(e, &ch.key))?;
+            let (written, moved, l, skipped): (u32, i64, i64, i64) = reply_as(reply, || ch.key.clone())?;
             a.replicas_written = written;
             a.version_moved = moved == 1;
             a.skipped_newer = skipped == 1;
@@ -129,8 +128,7 @@ impl RedisConn {
         let mut todo: Vec<usize> = Vec::with_capacity(changes.len());
         for (i, r) in versions.into_iter().enumerate() {
             let vkey = || version_key(&changes[i].key);
-            let raw: Option<Vec<u8>> =
-                r.and_then(|v| redis::from_redis_value(v).map_err(RedisError::from)).map_err(|e| classify_redis(e, &vkey()))?;
+            let raw: Option<Vec<u8>> = reply_as(r, vkey)?;
             let v = parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey(), message: m })?;
             if v > positions[i].0 {
                 applied[i].skipped_newer = true;
@@ -153,9 +151,7 @@ impl RedisConn {
         let replies = self.script_batch(replicas.len(), write, Some("redis.after_replica")).await;
         let mut lost = None;
         for (&(i, r), reply) in replicas.iter().zip(replies) {
-            let code: i64 = reply
-                .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
-                .map_err(|e| classify_redis(e, &replica_key(&changes[i].key, r)))?;
+            let code: i64 = reply_as(reply, || replica_key(&changes[i].key, r))?;
             match code {
                 1 => applied[i].replicas_written += 1,
                 c if c < 0 => lost = Some(i),
@@ -180,9 +176,7 @@ impl RedisConn {
         };
         let replies = self.script_batch(todo.len(), bump, None).await;
         for (&i, reply) in todo.iter().zip(replies) {
-            let moved: i64 = reply
-                .and_then(|v| redis::from_redis_value(v).map_err(RedisError::from))
-                .map_err(|e| classify_redis(e, &version_key(&changes[i].key)))?;
+            let moved: i64 = reply_as(reply, || version_key(&changes[i].key))?;
             applied[i].version_moved = moved == 1;
         }
         Ok(())
@@ -343,6 +337,12 @@ fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombston
 fn push_replica_args(cmd: &mut redis::Cmd, ch: &KeyChange, pos: FencePosition, w: &WriteCtx) {
     let (p, token, kind, payload, ttl) = replica_args(ch, pos, w.fencing_token, w.tombstone_ttl_ms);
     cmd.arg(p).arg(token).arg(kind).arg(payload).arg(ttl);
+}
+
+/// One reply of a batch as `T`; an error reply or a reply of another shape is classified per
+/// [`classify_redis`], naming the key `key()` (made only on an error: this runs per command).
+fn reply_as<T: redis::FromRedisValue>(reply: RedisResult<Value>, key: impl FnOnce() -> String) -> Result<T, Error> {
+    reply.and_then(|v| redis::from_redis_value(v).map_err(RedisError::from)).map_err(|e| classify_redis(e, &key()))
 }
 
 /// The lease was lost: a replica of `key` was written under a newer fencing token.
