@@ -110,11 +110,11 @@ pub fn redis_cluster() -> &'static RedisCluster {
     unwrap_started("Redis Cluster", C.get_or_init(|| start_cluster().map_err(|e| format!("{e:#}"))))
 }
 
-fn server_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn server_bin() -> anyhow::Result<PathBuf> {
     require_binary("Redis server", Some("BINVAL_REDIS_SERVER"), &["redis-server"], &[])
 }
 
-fn cli_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn cli_bin() -> anyhow::Result<PathBuf> {
     require_binary("Redis client", Some("BINVAL_REDIS_CLI"), &["redis-cli"], &[])
 }
 
@@ -166,7 +166,7 @@ fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent:
 }
 
 /// Start a node on a fresh free port, retrying on port clashes.
-fn start_node_retrying(bin: &Path, kind: &str, cluster: bool, taken: &[u16]) -> anyhow::Result<(u16, Proc)> {
+pub(crate) fn start_node_retrying(bin: &Path, kind: &str, cluster: bool, taken: &[u16]) -> anyhow::Result<(u16, Proc)> {
     let dir = new_state_dir(kind)?;
     let mut last = None;
     for _ in 0..3 {
