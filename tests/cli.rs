@@ -106,6 +106,7 @@ fn check_reports_replica_placement_per_mapping() {
     }
     let p = write_config("place", &env.config_toml("current", &mappings));
     let (code, out) = run_to_end(&["check"], &p);
+    println!("{out}");
     assert_eq!(code, 0, "{out}");
     let line = |field: &str| {
         out.lines().find(|l| l.starts_with(&format!("placement: {field}"))).unwrap_or_else(|| panic!("no {field} line: {out}"))

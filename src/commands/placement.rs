@@ -9,10 +9,13 @@
 //! master uniformly among those holding one of the key's replicas, then a replica on it,
 //! `binval_protocol::placement`), so a hot key's reads load evenly exactly the masters its
 //! replicas cover, and none of the others. With N below the number of masters M no key can
-//! cover them all; with N = M few keys do (3 replicas on 3 masters cover all three for 2 keys
-//! in 9); N = 8 on 3 masters covers all three for about 88 % of keys. The report shows, per
-//! template, how many sampled keys cover how many masters and what that means for the busiest
-//! master (max/mean of reads per master), next to what uniform replica choice would give.
+//! cover them all; with N = M a key covers them all only when its N slots fall on N different
+//! masters. (Replica keys differ only in their index digits, which CRC16 spreads over the slot
+//! range in a fixed pattern, so the real figures are not those of random slots: 8 replicas of
+//! sequential ids covered all 3 masters of a 3-master cluster for every sampled key.) The report
+//! shows, per template, how many sampled keys cover how many masters and what that means for
+//! the busiest master (max/mean of reads per master), next to what uniform replica choice
+//! would give.
 //!
 //! # Which keys
 //!

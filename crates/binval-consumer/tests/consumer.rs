@@ -259,7 +259,7 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
 
     // One master lost its replicas of key2 (the others hold them): a fill that reads a missing
     // replica first moves to another master, so every fill finds the value within two reads.
-    let master_of = cluster_master_of(&urls).await?;
+    let master_of = cluster_master_of(&urls)?;
     let (key2, lost) = (0..200)
         .find_map(|i| {
             let k = format!("item:detail:{}:{i}", binval_testkit::unique_name("k"));

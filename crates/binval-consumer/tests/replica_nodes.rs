@@ -97,7 +97,7 @@ async fn reads_balance_over_masters_and_optionally_replica_nodes() -> anyhow::Re
     init_tracing();
     let cluster = tokio::task::spawn_blocking(|| binval_testkit::ReplicatedCluster::start_new(1)).await??;
     let urls = cluster.urls();
-    let master_of = cluster_master_of(&urls).await?;
+    let master_of = cluster_master_of(&urls)?;
     let key = (0..2000)
         .map(|i| format!("item:detail:{i}"))
         .find(|k| {

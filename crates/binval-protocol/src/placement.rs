@@ -23,6 +23,8 @@
 //! as a function from hash slot to master index (`binval check` with its own map, the consumer
 //! with the map its Cluster client routes by).
 
+use crate::keys::replica_slots;
+#[cfg(test)]
 use crate::keys::{hash_slot, replica_key};
 
 /// The replicas `0..N` of one logical key, grouped by the master that owns their hash slot.
@@ -48,8 +50,8 @@ impl Placement {
     /// equal indexes form one group.
     pub fn of(key: &str, replicas: u32, mut master_of: impl FnMut(u16) -> usize) -> Placement {
         let mut groups: Vec<(usize, Vec<u32>)> = Vec::new();
-        for i in 0..replicas {
-            let master = master_of(hash_slot(replica_key(key, i).as_bytes()));
+        for (i, slot) in (0..replicas).zip(replica_slots(key, replicas)) {
+            let master = master_of(slot);
             match groups.iter_mut().find(|(m, _)| *m == master) {
                 Some((_, g)) => g.push(i),
                 None => groups.push((master, vec![i])),

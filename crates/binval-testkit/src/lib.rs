@@ -68,12 +68,14 @@ mod mariadb;
 mod proc;
 mod redis;
 mod redis_replicated;
+mod slots;
 mod util;
 
 pub use broker::{broker, Broker, OwnedBroker};
 pub use mariadb::{mariadb, MariaDb};
 pub use redis::{redis, redis_cluster, OwnedCluster, OwnedRedis, Redis, RedisCluster};
 pub use redis_replicated::ReplicatedCluster;
+pub use slots::SlotOwners;
 pub use util::unique_name;
 
 /// The per-process folder holding every instance's state and logs:

@@ -282,6 +282,13 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
 
 /// `redis-cli --cluster create` over `ports` (no replicas), then wait for `cluster_state:ok`.
 fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
+    create_cluster(ports, 0)?;
+    wait_cluster_ok(ports)
+}
+
+/// `redis-cli --cluster create --cluster-replicas N` over `ports` (redis-cli makes masters and
+/// replica nodes of them); returns when the command did, not when the cluster is ready.
+pub(crate) fn create_cluster(ports: &[u16], replicas_per_master: usize) -> anyhow::Result<()> {
     let cli = cli_bin()?;
     let mut cmd = Command::new(&cli);
     cmd.arg("--cluster").arg("create");
@@ -289,18 +296,18 @@ fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
         cmd.arg(format!("127.0.0.1:{p}"));
     }
     let out = cmd
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas_per_master.to_string(), "--cluster-yes"])
         .output()
         .with_context(|| format!("running {} --cluster create", cli.display()))?;
     if !out.status.success() {
         bail!(
-            "redis-cli --cluster create failed ({}):\n{}\n{}",
+            "redis-cli --cluster create --cluster-replicas {replicas_per_master} failed ({}):\n{}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    wait_cluster_ok(ports)
+    Ok(())
 }
 
 fn wait_cluster_ok(ports: &[u16]) -> anyhow::Result<()> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 
 use crate::proc::Proc;
-use crate::redis::{cli_bin, server_bin, start_node_retrying};
+use crate::redis::{cli_bin, create_cluster, server_bin, start_node_retrying};
 use crate::util::redis_cmd;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,26 +41,9 @@ impl ReplicatedCluster {
             ports.push(port);
             procs.push(proc);
         }
-        let cli = cli_bin()?;
-        let mut cmd = std::process::Command::new(&cli);
-        cmd.arg("--cluster").arg("create");
-        for p in &ports {
-            cmd.arg(format!("127.0.0.1:{p}"));
-        }
-        let out = cmd
-            .args(["--cluster-replicas", &replicas_per_master.to_string(), "--cluster-yes"])
-            .output()
-            .with_context(|| format!("running {} --cluster create", cli.display()))?;
-        if !out.status.success() {
-            bail!(
-                "redis-cli --cluster create --cluster-replicas {replicas_per_master} failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        create_cluster(&ports, replicas_per_master)?;
         let (masters, replicas) = wait_ready(&ports, replicas_per_master)?;
-        wait_replicas_announced(&cli, &ports, &masters, &replicas)?;
+        wait_replicas_announced(&cli_bin()?, &ports, &masters, &replicas)?;
         Ok(ReplicatedCluster { masters, replicas, _procs: procs })
     }
 

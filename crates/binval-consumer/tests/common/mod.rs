@@ -167,31 +167,12 @@ pub async fn write_standalone(
     write_fenced(conn, key, replicas, payload, version).await
 }
 
-/// The master index of each hash slot of the cluster at `urls`, from `CLUSTER SLOTS` (masters
-/// numbered in the order of their first slot range; `usize::MAX` for an uncovered slot).
-pub async fn cluster_master_of(urls: &[String]) -> anyhow::Result<impl Fn(u16) -> usize> {
-    let mut c = redis::Client::open(urls[0].as_str())?.get_multiplexed_async_connection().await?;
-    let reply: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await?;
-    let redis::Value::Array(ranges) = reply else { bail!("CLUSTER SLOTS: {reply:?}") };
-    let mut masters: Vec<Vec<u8>> = Vec::new();
-    let mut slots = vec![usize::MAX; 16384];
-    for r in ranges {
-        let redis::Value::Array(items) = r else { continue };
-        let (Some(redis::Value::Int(a)), Some(redis::Value::Int(b)), Some(redis::Value::Array(m))) =
-            (items.first(), items.get(1), items.get(2))
-        else {
-            continue;
-        };
-        let id = format!("{:?}", &m[..2.min(m.len())]).into_bytes();
-        let i = masters.iter().position(|x| *x == id).unwrap_or_else(|| {
-            masters.push(id);
-            masters.len() - 1
-        });
-        for s in *a..=*b {
-            slots[s as usize] = i;
-        }
-    }
-    Ok(move |slot: u16| slots[slot as usize])
+/// The master index of each hash slot of the cluster at `urls` (binval-testkit's
+/// [`binval_testkit::SlotOwners`] of the first node; `usize::MAX` for an uncovered slot).
+pub fn cluster_master_of(urls: &[String]) -> anyhow::Result<impl Fn(u16) -> usize> {
+    let port: u16 = urls[0].rsplit(':').next().and_then(|p| p.parse().ok()).context("port of the first URL")?;
+    let owners = binval_testkit::SlotOwners::read(port)?;
+    Ok(move |slot: u16| owners.master_of(slot))
 }
 
 pub async fn redis_conn() -> anyhow::Result<redis::aio::MultiplexedConnection> {
