@@ -247,8 +247,9 @@ impl Consumer {
         self.inner.prefix_replicas.iter().find(|(p, _)| key.starts_with(p.as_str())).map_or(self.inner.default_replicas, |(_, n)| *n)
     }
 
-    /// The version the local cache holds `key` at, if it holds it; does not count as a hit or
-    /// miss. For tests, debugging and `inspect`-style tooling.
+    /// The version the local cache holds `key` at, if it holds it (a value, or a cached "no
+    /// row": a tombstone at its position, a missing key at 0); does not count as a hit or miss.
+    /// For tests, debugging and `inspect`-style tooling.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
         self.inner.shared.local.get(key).map(|e| e.version)
     }

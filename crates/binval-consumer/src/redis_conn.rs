@@ -137,13 +137,11 @@ impl RedisConn {
                 RedisConn::Cluster { conn, map, unknown } => {
                     let slot_map = at.map.as_deref();
                     let shard = slot_map.and_then(|m| m.shard_of(hash_slot(rkey.as_bytes())).and_then(|s| m.shard(s)));
-                    let node = match shard {
-                        Some(s) if map.replica_nodes() && !s.nodes.is_empty() => {
-                            // Uniform over the master and its replica nodes: 0 is the master.
-                            rand::random_range(0..=s.nodes.len()).checked_sub(1).map(|i| &s.nodes[i])
-                        }
-                        _ => None,
-                    };
+                    let node = shard.and_then(|s| {
+                        // Uniform over the master and its replica nodes: 0 is the master.
+                        let nodes = map.readable_nodes(s);
+                        rand::random_range(0..=nodes.len()).checked_sub(1).map(|i| nodes[i])
+                    });
                     let counters = shard.map_or(&**unknown, |s| &s.counters);
                     match node {
                         None => {
@@ -170,15 +168,6 @@ impl RedisConn {
             }),
             Ok(Err(e)) => Err(ConsumerError::redis(op(), e, after_ms)),
             Err(_) => Err(ConsumerError::Timeout { op: op(), after_ms }),
-        }
-    }
-
-    /// The generation of the Cluster slot map (bumped on every new map); 0 for standalone.
-    #[allow(dead_code)]
-    pub(crate) fn slot_map_generation(&self) -> u64 {
-        match self {
-            RedisConn::Standalone { .. } => 0,
-            RedisConn::Cluster { map, .. } => map.generation(),
         }
     }
 }

@@ -21,6 +21,7 @@
 //! master ignores it, and the strategy routes every read to the master unless reads from
 //! replica nodes are switched on ([`crate::ConsumerBuilder::read_from_replica_nodes`]).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -44,7 +45,7 @@ pub(crate) struct Shard {
 }
 
 /// A replica node, `(host, port)`.
-type Node = (String, u16);
+pub(crate) type Node = (String, u16);
 
 /// `(first slot, last slot, "host:port" of the master, its replica nodes)`.
 type Range = (u16, u16, String, Vec<Node>);
@@ -123,6 +124,10 @@ pub(crate) struct ClusterMap {
     refreshing: AtomicBool,
     /// Route reads of the HMGET kind to any node of the slot's shard (replica nodes included).
     replica_nodes: bool,
+    /// Replica nodes in the client's own topology: the only ones a read is sent to by address
+    /// (the client holds a connection to exactly those; one that only `CLUSTER SLOTS` announced
+    /// yet would make the client rebuild all its connections).
+    client_nodes: RwLock<HashSet<Node>>,
 }
 
 impl ClusterMap {
@@ -135,6 +140,7 @@ impl ClusterMap {
             epoch: Instant::now(),
             refreshing: AtomicBool::new(false),
             replica_nodes,
+            client_nodes: RwLock::new(HashSet::new()),
         })
     }
 
@@ -144,14 +150,19 @@ impl ClusterMap {
     }
 
     /// Bumped on every map replacement.
-    #[allow(dead_code)] // read by tests and by `Consumer::slot_map_generation`
+    #[cfg(test)]
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Relaxed)
     }
 
-    /// Whether reads may go to replica nodes.
-    pub(crate) fn replica_nodes(&self) -> bool {
-        self.replica_nodes
+    /// The replica nodes of `shard` a read may be sent to: none unless reads from replica
+    /// nodes are on, and only those the client is connected to.
+    pub(crate) fn readable_nodes<'a>(&self, shard: &'a Shard) -> Vec<&'a Node> {
+        if !self.replica_nodes || shard.nodes.is_empty() {
+            return Vec::new();
+        }
+        let known = self.client_nodes.read().unwrap_or_else(|e| e.into_inner());
+        shard.nodes.iter().filter(|n| known.contains(*n)).collect()
     }
 
     fn replace(&self, fresh: SlotMap) {
@@ -205,7 +216,12 @@ impl ReadRoutingStrategyFactory for TopologyTap {
 
 impl ReadRoutingStrategy for TopologyTap {
     fn on_topology_changed(&self, topology: ClusterTopology) {
-        self.0.replace(SlotMap::from_topology(&topology));
+        let map = SlotMap::from_topology(&topology);
+        if !map.ranges.is_empty() {
+            let nodes: HashSet<Node> = map.shards.iter().flat_map(|s| s.nodes.iter().cloned()).collect();
+            *self.0.client_nodes.write().unwrap_or_else(|e| e.into_inner()) = nodes;
+        }
+        self.0.replace(map);
     }
 
     fn route_read<'a>(&self, candidates: &ReadCandidates<'a>) -> &'a NodeAddress {
@@ -287,6 +303,21 @@ mod tests {
         let map = cm.current();
         assert_eq!(map.shard(map.shard_of(9000).unwrap()).unwrap().label, "10.0.0.2:7002");
         assert_eq!(map.shard(map.shard_of(9000).unwrap()).unwrap().nodes, vec![("10.0.0.5".to_string(), 7005)]);
+        // Reads from replica nodes are off: none is readable.
+        let shard = map.shard(map.shard_of(9000).unwrap()).unwrap();
+        assert!(cm.readable_nodes(shard).is_empty());
+        let on = ClusterMap::new(true);
+        TopologyTap(on.clone()).on_topology_changed(ClusterTopology::from_shards(vec![RShard::new(
+            vec![(0, 16383)],
+            NodeAddress::new("10.0.0.2", 7002),
+            vec![NodeAddress::new("10.0.0.5", 7005)],
+        )]));
+        let announced_later = Shard {
+            label: "10.0.0.2:7002".into(),
+            nodes: vec![("10.0.0.5".into(), 7005), ("10.0.0.6".into(), 7006)],
+            counters: MasterCounters::new("10.0.0.2:7002"),
+        };
+        assert_eq!(on.readable_nodes(&announced_later), vec![&("10.0.0.5".to_string(), 7005)], "only nodes the client knows");
         // An empty topology (a failed refresh) keeps the map.
         tap.on_topology_changed(ClusterTopology::from_shards(Vec::new()));
         assert_eq!((cm.generation(), cm.current().masters()), (1, 2));
