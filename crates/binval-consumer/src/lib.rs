@@ -461,7 +461,8 @@
 //! entry that an event, its TTL or a fail-safe clear removed within
 //! [`ConsumerBuilder::stale_ttl`] ([`Stats::stale_served`]) — or
 //! [`ConsumerError::Overloaded`]. A stale copy is by definition possibly out of date: it trades
-//! freshness for protecting Redis, only while over the limit.
+//! freshness for protecting Redis, only while over the limit. A cached "no row" (tombstone or
+//! missing key) leaves no stale copy when it goes.
 //!
 //! # Metrics
 //!
