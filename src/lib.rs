@@ -20,7 +20,7 @@
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
 //! | - | [`monitor`] | `binval run`'s gauges sampled once a second from the pipeline's state: lag, positions, queues, readiness |
-//! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode, status |
+//! | - | [`commands`] | the `binval` subcommands: run, check (with the replica placement report, [`commands::placement`]), replay, republish, decode, status |
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
 //! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
@@ -32,6 +32,13 @@
 //! `monitor` <- `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
 //! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
+//!
+//! What the reader side relies on: every replica record carries the fence position of the
+//! change that wrote it (`p`), written in one script with the payload, and the change's event
+//! is published only after every replica holds it. The consumer reads one replica
+//! (`HMGET K:rN d t p`) and caches that exact pair, so no read depends on the version token
+//! `K:ver` (one key on one master: it would be the next hot key); the token is for the writers
+//! (a key whose token is newer is skipped), `replay` and operators.
 //!
 //! Two numbers keep writes in order and are never confused: the **fence position** of a
 //! change (its place in the binlog: GTID sequence number, or file index and offset), which

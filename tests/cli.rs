@@ -79,6 +79,7 @@ fn check_names_mapping_problems_against_the_schema() {
     let (code, out) = run_to_end(&["check"], &ok);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("mappings: 1 table(s)"), "{out}");
+    assert!(out.contains("placement: standalone Redis"), "{out}");
     let bad = MAPPING.replace("{p}:item:{id}", "{p}:item:{idd}")
         + "payload = [\"v\", \"w\"]\n[[mappings]]\ntable = \"{db}.nope\"\nkeys = [\"x:{id}\"]\n";
     let p = write_config("chk", &env.config_toml("current", &bad));
@@ -87,6 +88,36 @@ fn check_names_mapping_problems_against_the_schema() {
     assert!(out.contains("mappings[0].keys[0]") && out.contains("`idd`"), "{out}");
     assert!(out.contains("mappings[0].payload") && out.contains("`w`"), "{out}");
     assert!(out.contains("mappings[1].table") && out.contains(".nope"), "{out}");
+}
+
+/// On a Cluster, `check` reports per key template how the replicas of sampled keys spread over
+/// the masters — keys found in Redis by their version tokens, or rendered ones for a template
+/// with none yet — and warns when a mapping has fewer replicas than masters.
+#[test]
+fn check_reports_replica_placement_per_mapping() {
+    let env = Env::new("place", RedisKind::Cluster);
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.carts (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    let mappings = MAPPING.replace("replicas = 2", "replicas = 8")
+        + "[[mappings]]\ntable = \"{db}.carts\"\nkeys = [\"{p}:cart:{id}\"]\nreplicas = 2\n";
+    let mut r = env.redis_client();
+    for id in 0..30 {
+        let _: () = r.cmd(redis::cmd("SET").arg(format!("{}:item:{id}:ver", env.prefix)).arg(1));
+    }
+    let p = write_config("place", &env.config_toml("current", &mappings));
+    let (code, out) = run_to_end(&["check"], &p);
+    println!("{out}");
+    assert_eq!(code, 0, "{out}");
+    let line = |field: &str| {
+        out.lines().find(|l| l.starts_with(&format!("placement: {field}"))).unwrap_or_else(|| panic!("no {field} line: {out}"))
+    };
+    let items = line("mappings[0].keys[0]");
+    assert!(items.contains("8 replicas over 3 masters, 30 keys sampled from Redis"), "{items}");
+    let carts = line("mappings[1].keys[0]");
+    assert!(carts.contains("2 replicas over 3 masters, 200 keys rendered"), "{carts}");
+    assert!(!carts.contains("3 masters for"), "2 replicas never cover 3 masters: {carts}");
+    assert!(out.contains("warning: mappings[1].keys[0]") && out.contains("replicas = 2 is below the 3 masters"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("warning: mappings[0].keys[0]") && l.contains("is below")), "{out}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `binval check`: preflight of everything `run` needs, read-only: the source's binlog
-//! settings and schema, Redis, the checkpoint `run` would resume from (or the start position it
-//! would use), and the Kafka brokers.
+//! settings and schema, Redis (and, on a Cluster, how the mappings' replicas spread over the
+//! masters: [`super::placement`]), the checkpoint `run` would resume from (or the start
+//! position it would use), and the Kafka brokers.
 
 use crate::config::{Config, StartForms, StartPoint};
 use crate::error::Error;
@@ -21,6 +22,16 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     let mut redis = crate::redis_conn::RedisConn::connect(&cfg.redis).await?;
     let pong: String = redis.query(&redis::cmd("PING")).await.map_err(|e| crate::error::TransientError::Redis(e.to_string()))?;
     println!("redis: {pong}");
+    let placements = super::placement::report(&redis, &cfg.mappings).await?;
+    if placements.is_empty() {
+        println!("placement: standalone Redis, every replica on one server (nothing to spread over)");
+    }
+    for p in &placements {
+        println!("{}", p.line());
+        for w in p.warnings() {
+            println!("{w}");
+        }
+    }
     // Where `run` would start: the checkpoint (it must be readable), else source.start (its
     // binlog file must still exist on the source).
     let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);

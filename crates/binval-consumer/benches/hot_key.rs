@@ -1,22 +1,33 @@
 //! The hot-key scenario of the design note, as numbers: several client tasks read **one** key
 //! as fast as they can for a few seconds against a real 3-master Redis Cluster
-//! (binval-testkit), in three layouts:
+//! (binval-testkit). Rows:
 //!
 //! - **(a) plain**: one string key without binval (`GET K`): every read hits one master.
-//! - **(b) replicas**: the key as N = 8 suffix replicas in binval's fenced record format; every
-//!   read is `HMGET K:r{random} d t` (no local cache, no version token read: the version token
-//!   is itself one key on one master, read only by fills).
+//! - **(b) replicas, uniform**: the key as N = 8 suffix replicas in binval's fenced record
+//!   format; every read is `HMGET K:r{i} d t p` of a replica chosen uniformly (the consumer's
+//!   choice before issue #10).
+//! - **(b2) replicas, master-balanced**: the same reads, the replica chosen master-balanced
+//!   ([`binval_protocol::placement`]: a master uniformly among those holding a replica, then a
+//!   replica on it — the consumer's choice now).
 //! - **(c) replicas + local cache**: the same replicas read through [`Consumer::get_shared`]
-//!   (local cache, single-flight, fills of version token + one replica), while a writer changes
-//!   the key every `BENCH_UPDATE_MS` (default 100 ms) in binval's order — all replicas, the
-//!   version token, then an invalidation event on the tansu broker — so the local cache keeps
-//!   being invalidated and refilled as in production.
+//!   (local cache, single-flight, fills of one replica each), while a writer changes the key
+//!   every `BENCH_UPDATE_MS` (default 100 ms) in binval's order — all replicas, the version
+//!   token, then an invalidation event on the tansu broker — so the local cache keeps being
+//!   invalidated and refilled as in production.
+//! - **(d) consumer, local caching off**: `Consumer::get_shared` with a cache mode that caches
+//!   nothing (as `CacheMode::HotOnly` before a key is detected hot, or the fail safe's bypass):
+//!   every `get` is a fill (concurrent ones share it: single-flight).
+//! - **(e) hot missing key**: a key no replica holds, through the consumer with its defaults
+//!   (at most 2 replica reads per fill, "no row" cached for 1 s); **(e1)** the same with
+//!   `max_replica_reads(1)`; **(f)** a hot deleted key (tombstones in every replica).
 //!
-//! For each it prints reads served (and per second), reads that reached Redis, and per master
-//! the `GET`+`HMGET` calls and CPU time from `INFO commandstats` / `INFO cpu` deltas, as a
-//! markdown table. Numbers, not assertions. Client, masters and broker share this machine's
-//! cores: the per-master spread and the reads that reach Redis are the point, the absolute
-//! rates are this machine's.
+//! The bench key is chosen so its 8 replicas lie on all 3 masters unevenly (one master holds
+//! 4 or more): the layout that uniform choice spreads worst among keys that can be spread.
+//! For each row it prints reads served (and per second), reads that reached Redis, and per
+//! master the `GET`+`HMGET` calls and CPU time from `INFO commandstats` / `INFO cpu` deltas,
+//! and max/mean of those calls over the masters, as a markdown table. Numbers, not assertions.
+//! Client, masters and broker share this machine's cores: the per-master spread and the reads
+//! that reach Redis are the point, the absolute rates are this machine's.
 //!
 //! Run: `cargo bench -p binval-consumer --bench hot_key` (env: `BENCH_SECS` default 3,
 //! `BENCH_TASKS` default 32, `BENCH_UPDATE_MS` default 100).
@@ -25,8 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use binval_consumer::Consumer;
+use binval_consumer::{CacheMode, Consumer};
 use binval_protocol::fence::{replica_write_script, version_bump_script};
+use binval_protocol::placement::Placement;
 use binval_protocol::{replica_key, version_key, InvalidationEvent, Op, SourcePosition};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
@@ -145,8 +157,9 @@ fn event(key: &str, version: u64) -> InvalidationEvent {
     }
 }
 
-/// binval's write of one change: every replica (fenced), then the version token.
-async fn write_change(conn: &mut ClusterConnection, key: &str, payload: &str, version: u64) {
+/// binval's write of one change: every replica (fenced; `kind` `set` or `del`), then the
+/// version token.
+async fn write_record(conn: &mut ClusterConnection, key: &str, kind: &str, payload: &str, version: u64) {
     let rs = redis::Script::new(&replica_write_script());
     let vs = redis::Script::new(&version_bump_script());
     for i in 0..REPLICAS {
@@ -154,7 +167,7 @@ async fn write_change(conn: &mut ClusterConnection, key: &str, payload: &str, ve
             .key(replica_key(key, i))
             .arg(version)
             .arg(1)
-            .arg("set")
+            .arg(kind)
             .arg(payload)
             .arg(60_000)
             .invoke_async(conn)
@@ -162,6 +175,10 @@ async fn write_change(conn: &mut ClusterConnection, key: &str, payload: &str, ve
             .expect("replica write");
     }
     let _: i64 = vs.key(version_key(key)).arg(version).invoke_async(conn).await.expect("version bump");
+}
+
+async fn write_change(conn: &mut ClusterConnection, key: &str, payload: &str, version: u64) {
+    write_record(conn, key, "set", payload, version).await
 }
 
 /// The bench's parameters, from the environment.
@@ -176,6 +193,7 @@ fn main() {
     let params = Params { secs: env_u64("BENCH_SECS", 3), tasks: env_u64("BENCH_TASKS", 32), update_ms: env_u64("BENCH_UPDATE_MS", 100) };
     let cluster = binval_testkit::redis_cluster();
     let urls = cluster.urls();
+    let owners = binval_testkit::SlotOwners::read(cluster.ports[0]).expect("CLUSTER NODES");
     let broker = binval_testkit::broker();
     let topic = binval_testkit::unique_name("bench-hot");
     broker.create_topic(&topic, 1).expect("create topic");
@@ -190,22 +208,60 @@ fn main() {
             masters.push(c.get_multiplexed_async_connection().await.expect("master connection"));
         }
         let base = binval_testkit::unique_name("item:detail");
-        let key = format!("{base}:6666");
+        let key = uneven_key(&base, &owners);
+        let placement = Placement::of(&key, REPLICAS, |s| owners.master_of(s));
         let plain = format!("plain:{base}:6666");
         let version = seed(&mut conn, &key, &plain).await;
+        let (missing, deleted) = (format!("{base}:missing"), format!("{base}:deleted"));
+        write_change(&mut conn, &deleted, r#"{"id":7}"#, 1 << 32).await;
+        write_record(&mut conn, &deleted, "del", "", (1 << 32) + 1).await;
+        println!(
+            "replicas per master (by lowest slot): {:?}",
+            placement.groups().iter().map(|(m, g)| (owners.masters[*m], g.len())).collect::<Vec<_>>()
+        );
+        println!("grouping a key's {REPLICAS} replicas by master costs {:.0} ns (no cache needed)", grouping_ns(&key, &owners));
         println!("{} reader tasks on 2 tokio worker threads, {} s per scenario\n", params.tasks, params.secs);
 
-        let setup = Setup { conn, urls, bootstrap: broker.bootstrap(), topic, key, plain, version };
-        let rows = vec![
+        let setup = Setup { conn, urls, bootstrap: broker.bootstrap(), topic, key, plain, version, placement };
+        let mut rows = vec![
             plain_key(&setup, &mut masters, params).await,
-            replicas_without_cache(&setup, &mut masters, params).await,
+            replicas_without_cache(&setup, &mut masters, params, false).await,
+            replicas_without_cache(&setup, &mut masters, params, true).await,
             replicas_with_consumer(&setup, &mut masters, params).await,
+            consumer_uncached(&setup, &mut masters, params).await,
         ];
+        for (reads, what) in
+            [(2, "(e) hot missing key, Consumer defaults (2 reads max)"), (1, "(e1) hot missing key, max_replica_reads(1)")]
+        {
+            rows.push(consumer_absent(&setup, &mut masters, params, &missing, reads, what).await);
+        }
+        rows.push(consumer_absent(&setup, &mut masters, params, &deleted, 2, "(f) hot deleted key (tombstones), Consumer defaults").await);
         print_rows(&rows);
     });
 }
 
-/// What every scenario reads from: the cluster, the broker's topic and the two keys.
+/// A key of `base` whose 8 replicas lie on all 3 masters, one master holding 4 or more.
+fn uneven_key(base: &str, owners: &binval_testkit::SlotOwners) -> String {
+    (6666..100_000)
+        .map(|i| format!("{base}:{i}"))
+        .find(|k| {
+            let p = Placement::of(k, REPLICAS, |s| owners.master_of(s));
+            p.masters() == 3 && p.groups().iter().any(|(_, g)| g.len() >= 4)
+        })
+        .expect("a key with an uneven 3-master layout")
+}
+
+/// Mean time of `Placement::of` for `key` (N slot computations and the grouping), ns.
+fn grouping_ns(key: &str, owners: &binval_testkit::SlotOwners) -> f64 {
+    let n = 200_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(Placement::of(std::hint::black_box(key), REPLICAS, |s| owners.master_of(s)));
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+/// What every scenario reads from: the cluster, the broker's topic and the keys.
 struct Setup {
     conn: ClusterConnection,
     urls: Vec<String>,
@@ -217,6 +273,8 @@ struct Setup {
     plain: String,
     /// The version of `key`'s first change.
     version: u64,
+    /// `key`'s replicas grouped by master.
+    placement: Placement,
 }
 
 /// Write the plain key and the first change of `key` (all replicas, version token); print
@@ -228,7 +286,7 @@ async fn seed(conn: &mut ClusterConnection, key: &str, plain: &str) -> u64 {
     write_change(conn, key, payload, version).await;
     let slots: Vec<u16> = (0..REPLICAS).map(|i| binval_protocol::hash_slot(replica_key(key, i).as_bytes())).collect();
     println!(
-        "key {key}: replica slots {slots:?}; plain key slot {}; version token slot {}",
+        "key {key}: replica slots {slots:?}; plain key slot {}; version token slot {} (not read by the consumer)",
         binval_protocol::hash_slot(plain.as_bytes()),
         binval_protocol::hash_slot(version_key(key).as_bytes())
     );
@@ -248,15 +306,18 @@ async fn plain_key(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnecti
     row
 }
 
-/// (b) 8 replicas, random replica per read, no local cache.
-async fn replicas_without_cache(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
+/// (b) 8 replicas, a replica chosen uniformly per read, or (b2) master-balanced; no local
+/// cache.
+async fn replicas_without_cache(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params, balanced: bool) -> Row {
     let (c, k) = (setup.conn.clone(), setup.key.clone());
-    let (row, _) = measure("(b) 8 replicas, HMGET random replica", masters, p.tasks, p.secs, move || {
-        let (mut c, k) = (c.clone(), k.clone());
+    let placement = Arc::new(setup.placement.clone());
+    let name = if balanced { "(b2) 8 replicas, HMGET master-balanced replica" } else { "(b) 8 replicas, HMGET uniform replica" };
+    let (row, _) = measure(name, masters, p.tasks, p.secs, move || {
+        let (mut c, k, placement) = (c.clone(), k.clone(), placement.clone());
         async move {
-            let i = rand::random_range(0..REPLICAS);
-            let _: (Option<Vec<u8>>, Option<Vec<u8>>) =
-                redis::cmd("HMGET").arg(replica_key(&k, i)).arg("d").arg("t").query_async(&mut c).await.expect("HMGET");
+            let i = if balanced { placement.read_order(rand::random())[0] } else { rand::random_range(0..REPLICAS) };
+            let _: Vec<Option<Vec<u8>>> =
+                redis::cmd("HMGET").arg(replica_key(&k, i)).arg("d").arg("t").arg("p").query_async(&mut c).await.expect("HMGET");
         }
     })
     .await;
@@ -265,17 +326,7 @@ async fn replicas_without_cache(setup: &Setup, masters: &mut [redis::aio::Multip
 
 /// (c) replicas + local cache through the Consumer, with a writer invalidating it.
 async fn replicas_with_consumer(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
-    let consumer = Consumer::builder()
-        .redis_cluster(setup.urls.clone())
-        .brokers(setup.bootstrap.as_str())
-        .topic(&setup.topic)
-        .kafka_property("fetch.wait.max.ms", "5")
-        .replicas(REPLICAS)
-        .ttl(Duration::from_secs(1))
-        .ttl_jitter(0.1)
-        .build()
-        .await
-        .expect("build consumer");
+    let consumer = consumer(setup, |b| b.ttl(Duration::from_secs(1)).ttl_jitter(0.1)).await;
     let writer = Writer::start(setup, p.update_ms);
     let before = consumer.stats();
     let (cc, k) = (consumer.clone(), setup.key.clone());
@@ -290,10 +341,10 @@ async fn replicas_with_consumer(setup: &Setup, masters: &mut [redis::aio::Multip
     let n_updates = writer.stop().await;
     let s = consumer.stats();
     let fills = s.fills - before.fills;
-    // A fill is GET K:ver + HMGET of one replica (all replicas exist here).
-    row.to_redis = 2 * fills;
+    // A fill is one HMGET of a replica (all replicas exist here).
+    row.to_redis = s.redis_reads - before.redis_reads;
     row.note = format!(
-        "hits {}, misses {}, fills {fills}, coalesced {}, events {}; writer: {n_updates} changes (each adds {} GET/HMGET inside its scripts to the per-master counts)",
+        "hits {}, misses {}, fills {fills}, coalesced {}, events {}; writer: {n_updates} changes (each adds {} GET/HMGET inside its scripts to the per-master counts, so max/mean is the writer's)",
         s.hits - before.hits,
         s.misses - before.misses,
         s.coalesced - before.coalesced,
@@ -348,20 +399,31 @@ impl Writer {
     }
 }
 
+/// Max over mean of the per-master counts (1.0 = every master equally loaded).
+fn max_over_mean(per_master: &[(u64, f64)]) -> f64 {
+    let total: u64 = per_master.iter().map(|(o, _)| o).sum();
+    if total == 0 {
+        return 0.0;
+    }
+    let max = per_master.iter().map(|(o, _)| *o).max().unwrap_or(0);
+    max as f64 * per_master.len() as f64 / total as f64
+}
+
 /// The results as a markdown table, then each scenario's note.
 fn print_rows(rows: &[Row]) {
-    println!("| scenario | reads served | reads/s | reads that reached Redis | GET+HMGET per master (m1 / m2 / m3) | master CPU % of one core (m1 / m2 / m3) |");
-    println!("|---|---:|---:|---:|---|---|");
+    println!("| scenario | reads served | reads/s | reads that reached Redis | GET+HMGET per master (m1 / m2 / m3) | max/mean | master CPU % of one core (m1 / m2 / m3) |");
+    println!("|---|---:|---:|---:|---|---:|---|");
     for r in rows {
         let ops: Vec<String> = r.per_master.iter().map(|(o, _)| o.to_string()).collect();
         let cpu: Vec<String> = r.per_master.iter().map(|(_, c)| format!("{:.0}", 100.0 * c / r.secs)).collect();
         println!(
-            "| {} | {} | {:.0} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {} | {} | {:.2} | {} |",
             r.name,
             r.served,
             r.served as f64 / r.secs,
             r.to_redis,
             ops.join(" / "),
+            max_over_mean(&r.per_master),
             cpu.join(" / ")
         );
     }
@@ -370,4 +432,68 @@ fn print_rows(rows: &[Row]) {
             println!("\n{}: {}", r.name, r.note);
         }
     }
+}
+
+/// A consumer of the bench's cluster and topic with `configure` applied on top.
+async fn consumer(setup: &Setup, configure: impl FnOnce(binval_consumer::ConsumerBuilder) -> binval_consumer::ConsumerBuilder) -> Consumer {
+    let b = Consumer::builder()
+        .redis_cluster(setup.urls.clone())
+        .brokers(setup.bootstrap.as_str())
+        .topic(&setup.topic)
+        .kafka_property("fetch.wait.max.ms", "5")
+        .replicas(REPLICAS);
+    configure(b).build().await.expect("build consumer")
+}
+
+/// (d) the key through the Consumer with local caching off: every get is a fill.
+async fn consumer_uncached(setup: &Setup, masters: &mut [redis::aio::MultiplexedConnection], p: Params) -> Row {
+    let c = consumer(setup, |b| b.cache_mode(CacheMode::Prefixes(vec!["not-the-bench-key:".into()]))).await;
+    let (cc, k) = (c.clone(), setup.key.clone());
+    let (mut row, _) = measure("(d) 8 replicas through the Consumer, local caching off", masters, p.tasks, p.secs, move || {
+        let (cc, k) = (cc.clone(), k.clone());
+        async move {
+            assert!(cc.get_shared(&k).await.expect("get").is_some());
+        }
+    })
+    .await;
+    let s = c.stats();
+    row.to_redis = s.redis_reads;
+    row.note = format!("uncached gets {}, fills {} (coalesced {}), Redis reads {}", s.uncached_reads, s.fills, s.coalesced, s.redis_reads);
+    c.shutdown().await;
+    row
+}
+
+/// (e), (e1), (f): a key without a row, read through the Consumer (local cache on).
+async fn consumer_absent(
+    setup: &Setup,
+    masters: &mut [redis::aio::MultiplexedConnection],
+    p: Params,
+    key: &str,
+    max_reads: u32,
+    name: &'static str,
+) -> Row {
+    let c = consumer(setup, |b| b.max_replica_reads(max_reads)).await;
+    let (cc, k) = (c.clone(), key.to_string());
+    let (mut row, _) = measure(name, masters, p.tasks, p.secs, move || {
+        let (cc, k) = (cc.clone(), k.clone());
+        async move {
+            assert!(cc.get_shared(&k).await.expect("get").is_none());
+        }
+    })
+    .await;
+    let s = c.stats();
+    let fills = s.missing + s.tombstones;
+    row.to_redis = s.redis_reads;
+    row.note = format!(
+        "fills {fills} (missing {}, tombstones {}), Redis reads {} = {:.2} per fill; hits {} of which \"no row\" {}; cached at version {:?}",
+        s.missing,
+        s.tombstones,
+        s.redis_reads,
+        s.redis_reads as f64 / fills.max(1) as f64,
+        s.hits,
+        s.negative_hits,
+        c.cached_version(key),
+    );
+    c.shutdown().await;
+    row
 }

@@ -61,6 +61,10 @@ pub(crate) struct Inner {
     pub(crate) loader: Option<LoaderFn>,
     pub(crate) loader_timeout: Duration,
     pub(crate) cache_loaded: bool,
+    /// Replica reads one fill makes at most ([`ConsumerBuilder::max_replica_reads`]).
+    pub(crate) max_replica_reads: u32,
+    /// How long "no replica holds the key" is cached; `None` or zero: not cached.
+    pub(crate) missing_ttl: Option<Duration>,
     /// Use the per-thread front ([`front`]).
     pub(crate) thread_front: bool,
     pub(crate) response_timeout: Duration,
@@ -75,8 +79,8 @@ pub(crate) struct Inner {
 
 /// What the synchronous part of a read decided.
 enum Lookup {
-    /// A local hit.
-    Hit(Arc<str>),
+    /// A local hit (`None`: a cached "no row").
+    Hit(Option<Arc<str>>),
     /// Read through; `cache`: whether the fill may cache its value.
     Fill { cache: bool },
 }
@@ -108,15 +112,19 @@ impl Consumer {
 
     /// The payload of logical key `key` (e.g. `item:detail:6666`), as the JSON text stored in
     /// its replicas, or `None` if the row does not exist (a tombstone, or no replica and no
-    /// loader value; `None` is not cached).
+    /// loader value).
     ///
-    /// A local cache hit returns at once. A miss reads `K:ver` (absent = version 0), then
-    /// `HMGET K:r{i} d t` of one random replica: a value is the answer; a tombstone means the
-    /// row was deleted (`None`, no other replica or loader is asked); a missing replica sends
-    /// the fill to another replica (each at most once), then to the loader if one is set
-    /// ([`ConsumerBuilder::loader`]). The value is cached with the version unless the cache
-    /// mode, the fill-race guard or the fail-safe forbids it. Each Redis read is bounded by
-    /// the response timeout (default 200 ms) and never retried.
+    /// A local cache hit returns at once (a cached "no row" too). A miss reads
+    /// `HMGET K:r{i} d t p` of one replica, chosen master-balanced (a master uniformly among
+    /// those holding one of the key's replicas, then a replica on it): a value is the answer,
+    /// cached at the replica's position `p`; a tombstone means the row was deleted (`None`,
+    /// cached at its position; no other replica or loader is asked); a missing replica sends
+    /// the fill to a replica on another master, at most
+    /// [`ConsumerBuilder::max_replica_reads`] reads in all (default 2), then to the loader if
+    /// one is set ([`ConsumerBuilder::loader`]), else `None`, cached for
+    /// [`ConsumerBuilder::missing_ttl`] (default 1 s). Nothing is cached when the cache mode,
+    /// the fill-race guard or the fail-safe forbids it. Each Redis read is bounded by the
+    /// response timeout (default 200 ms); a read is never repeated on the same master.
     ///
     /// Concurrent misses of the same key in this instance share one fill (single-flight): one
     /// Redis round trip, and every caller gets its outcome (value, `None` or error). The fill
@@ -133,7 +141,7 @@ impl Consumer {
     /// Like [`Consumer::get`], without copying the payload out of the local cache.
     pub async fn get_shared(&self, key: &str) -> Result<Option<Arc<str>>, ConsumerError> {
         match self.lookup(key) {
-            Lookup::Hit(value) => Ok(Some(value)),
+            Lookup::Hit(value) => Ok(value),
             // Boxed: keeps this future small, so a hit does not build (or move) the whole state
             // of a fill; the allocation is paid by misses only, next to a Redis round trip.
             Lookup::Fill { cache } => self.fill_single_flight(key, cache).boxed().await,
@@ -172,6 +180,9 @@ impl Consumer {
             };
             if let Some(e) = found {
                 shared.counters.hit();
+                if e.value.is_none() {
+                    shared.counters.negative_hit();
+                }
                 if let Some(mark) = &e.refresh {
                     if mark.claim(now) {
                         self.start_refresh(key);
@@ -236,8 +247,9 @@ impl Consumer {
         self.inner.prefix_replicas.iter().find(|(p, _)| key.starts_with(p.as_str())).map_or(self.inner.default_replicas, |(_, n)| *n)
     }
 
-    /// The version the local cache holds `key` at, if it holds it; does not count as a hit or
-    /// miss. For tests, debugging and `inspect`-style tooling.
+    /// The version the local cache holds `key` at, if it holds it (a value, or a cached "no
+    /// row": a tombstone at its position, a missing key at 0); does not count as a hit or miss.
+    /// For tests, debugging and `inspect`-style tooling.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
         self.inner.shared.local.get(key).map(|e| e.version)
     }

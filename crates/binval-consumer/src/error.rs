@@ -7,10 +7,10 @@
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConsumerError {
     /// A Redis command or connection failed (not a timeout; see [`ConsumerError::Timeout`]).
-    /// `op` names the command and key, e.g. ``GET `item:detail:7:ver` ``.
+    /// `op` names the command and key, e.g. ``HMGET `item:detail:7:r3` d t p``.
     #[error("redis {op} failed: {source}")]
     Redis {
-        /// What was being done, e.g. ``GET `item:detail:7:ver` `` or `connect to redis://…`.
+        /// What was being done, e.g. ``HMGET `item:detail:7:r3` d t p`` or `connect to redis://…`.
         op: String,
         /// The client's error.
         #[source]
@@ -39,19 +39,19 @@ pub enum ConsumerError {
     /// decides what to do (serve a default, fail the request).
     #[error("{op} timed out after {after_ms} ms")]
     Timeout {
-        /// What timed out, e.g. ``GET `item:detail:7:r3` ``.
+        /// What timed out, e.g. ``HMGET `item:detail:7:r3` d t p``.
         op: String,
         /// The bound that was exceeded, milliseconds.
         after_ms: u64,
     },
-    /// A value read from Redis is not what it should be: a version token that is not an
-    /// unsigned integer, a replica that is not UTF-8, or (for [`crate::Consumer::get_json`])
+    /// A value read from Redis is not what it should be: a replica record whose payload is not
+    /// UTF-8 or whose position (field `p`) is not an unsigned integer, or (for [`crate::Consumer::get_json`])
     /// a payload that does not deserialize into the requested type.
     #[error("cannot decode {what} of key `{key}`: {reason}")]
     Decode {
         /// The Redis key or logical key whose value is bad.
         key: String,
-        /// Which value: `version token`, `replica`, `payload`.
+        /// Which value: `replica`, `payload`.
         what: &'static str,
         /// What is wrong with it.
         reason: String,
@@ -81,6 +81,24 @@ impl ConsumerError {
             ConsumerError::Timeout { op: op.into(), after_ms: timeout_ms }
         } else {
             ConsumerError::Redis { op: op.into(), source }
+        }
+    }
+
+    /// `true` for a read that failed because its node did not answer in time or could not be
+    /// reached (timeout, connection refused or dropped, no connection to the node): another
+    /// master may still answer. `false` for answers that are wrong in themselves (`WRONGTYPE`,
+    /// a record that does not decode), which another replica must not hide.
+    pub(crate) fn is_unreachable(&self) -> bool {
+        match self {
+            ConsumerError::Timeout { .. } => true,
+            ConsumerError::Redis { source, .. } => {
+                source.is_timeout()
+                    || source.is_io_error()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.kind() == redis::ErrorKind::ClusterConnectionNotFound
+            }
+            _ => false,
         }
     }
 

@@ -105,7 +105,7 @@ mod tests {
     use std::time::Duration;
 
     fn entry(v: &str, expires_at: Instant) -> Entry {
-        Entry { value: Arc::from(v), version: 1, ttl: Duration::from_secs(1), expires_at, refresh: None }
+        Entry { value: Some(Arc::from(v)), version: 1, ttl: Duration::from_secs(1), expires_at, refresh: None }
     }
 
     #[test]
@@ -113,7 +113,7 @@ mod tests {
         let now = Instant::now();
         let later = now + Duration::from_secs(10);
         put(7, 3, "k", &entry("v", later));
-        assert_eq!(get(7, 3, "k", now).map(|e| e.value.to_string()), Some("v".into()));
+        assert_eq!(get(7, 3, "k", now).and_then(|e| e.value).as_deref(), Some("v"));
         assert!(get(8, 3, "k", now).is_none(), "other consumer");
         assert!(get(7, 4, "k", now).is_none(), "generation moved");
         assert!(get(7, 3, "other", now).is_none(), "other key");

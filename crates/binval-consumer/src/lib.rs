@@ -2,10 +2,12 @@
 //! database by binval's invalidation events.
 //!
 //! binval (the service) reads the binlog and, per changed logical key `K`, writes the payload to
-//! every suffix replica `K:r0..K:r{N-1}`, then moves the version token `K:ver` to the change's
-//! fence position, then publishes one invalidation event `{key, version, …}` to a Kafka topic.
-//! This crate is the other end: [`Consumer::get`] serves a key from a bounded local cache, fills
-//! misses from Redis, and a background listener evicts entries as events arrive.
+//! every suffix replica `K:r0..K:r{N-1}` (each records the change's fence position), then moves
+//! the version token `K:ver` to that position, then publishes one invalidation event
+//! `{key, version, …}` to a Kafka topic. This crate is the other end: [`Consumer::get`] serves
+//! a key from a bounded local cache, fills misses from one replica (never from a single key
+//! such as `K:ver`: that would be the next hot key), and a background listener evicts entries
+//! as events arrive.
 //!
 //! ```no_run
 //! # #[derive(serde::Deserialize)] struct Item { id: u64 }
@@ -28,7 +30,9 @@
 //!     .hot_key_threshold(1000.0)                       // reads/s at which a key is hot
 //!     .max_fills_per_key_per_sec(10)                   // miss rate limits ...
 //!     .max_fills_per_sec(5_000)                        // ... with stale fallback
-//!     .loader(|key: String| async move {               // last resort: all replicas missing
+//!     .max_replica_reads(2)                            // a missing key costs at most 2 reads ...
+//!     .missing_ttl(Duration::from_secs(1))             // ... and is cached as "no row" for 1 s
+//!     .loader(|key: String| async move {               // last resort: the replicas read are missing
 //!         let _ = key;                                 // e.g. SELECT from the primary
 //!         Ok::<Option<String>, String>(None)
 //!     })
@@ -51,8 +55,9 @@
 //! and which builder options change it ([`ConsumerBuilder`] lists every option with its
 //! default).
 //!
-//! - [Reading through a hot key](#reading-through-a-hot-key): the record format, the read
-//!   order, single-flight, TTL jitter and refresh-ahead, the per-thread front.
+//! - [Reading through a hot key](#reading-through-a-hot-key): the record format, why a fill
+//!   caches the replica's own position, master-balanced replica choice, missing keys,
+//!   replica nodes, single-flight, TTL jitter and refresh-ahead, the per-thread front.
 //! - [Typed reads and the loader](#typed-reads-and-the-loader).
 //! - [Invalidation and the fail safe](#invalidation-and-the-fail-safe): the evict rule, the fill
 //!   race, batches, why no consumer group, the fail safe.
@@ -62,7 +67,9 @@
 //!
 //! Where the code is: [`Consumer`] (`consumer.rs`: the handle and the synchronous part of a
 //! read), `single_flight.rs` (one fill per key in flight), `read.rs` (the read-through fill:
-//! version token, replica, loader, caching), `state.rs` (what the read path and the listener
+//! replicas in master-balanced order, loader, caching), `redis_conn.rs` and `slot_map.rs`
+//! (where a read goes: the Cluster slot map the client routes by, replica nodes),
+//! `masters.rs` (reads per master), `state.rs` (what the read path and the listener
 //! share: local cache, fill-race guard, fail-safe flag), `listener.rs` (the invalidation
 //! listener thread), `fail_safe.rs` (the lag checker thread and the fail safe's decision),
 //! `front.rs`, `hot.rs`, and `builder/` (the options, grouped like these
@@ -101,25 +108,93 @@
 //!
 //! A suffix replica `K:rN` is a Redis hash written by binval's version-fenced script
 //! ([`binval_protocol::fence`]): `d` the payload, `p` the fence position of the change, `t` =
-//! `1` for a tombstone (row deleted), `f` the writer's fencing token. The version token `K:ver`
-//! is a decimal `u64`, the fence position of the newest change (not a counter: any increasing
-//! number). A fill reads `GET K:ver`, then `HMGET K:rN d t` of one random replica:
+//! `1` for a tombstone (row deleted), `f` the writer's fencing token. The script writes the
+//! record whole, so `d` and `p` always belong to the same change. A fill reads one replica with
+//! `HMGET K:rN d t p` (one call) and finds:
 //!
-//! - a value: the answer;
-//! - a tombstone: the row does not exist — `None`, and neither another replica nor the loader
-//!   is asked (the tombstone is newer than anything they could say);
-//! - missing (never written, expired, lost): try another replica, each at most once, then the
-//!   loader if one is set, else `None`.
+//! - a value: the answer, cached at that replica's position `p`;
+//! - a tombstone: the row does not exist — `None`, cached at its position `p`, and neither
+//!   another replica nor the loader is asked (the tombstone is newer than anything they could
+//!   say);
+//! - missing (never written, expired, lost): try a replica on another master, at most
+//!   [`ConsumerBuilder::max_replica_reads`] reads in all (default 2), then the loader if one
+//!   is set, else `None`, cached for [`ConsumerBuilder::missing_ttl`] (default 1 s).
 //!
-//! ## Why the read goes version token first, then replica
+//! The version token `K:ver` (a decimal `u64`, the position of the newest change) is for
+//! binval's writers, `binval replay`, verification and operators; no read of this crate
+//! touches it.
 //!
-//! The writer goes replicas first, then version token. A fill that reads `K:ver` (say 3) and
-//! *then* a replica gets a value at least as new as version 3: the pair it caches is correct,
-//! or "newer value, older version", which the next event (version ≥ 4) evicts. Read in the
-//! other order, a fill can read the old replica, then the writer finishes (replicas, `ver`=4,
-//! event), then the fill reads `ver`=4 and caches (old value, 4). The event for version 4 has
-//! already been applied or will not evict (4 is not < 4), and no later event is coming: the
-//! old value would be served until the TTL. So: version first, always.
+//! ## Why a fill caches the replica's own position
+//!
+//! The version token is one key on one master. An earlier read path read it first on every
+//! fill, which moved the hot-key incident from `K` to `K:ver`: with local caching off for a
+//! key, the token's master took half of all reads (max/mean 1.87 over 3 masters, issue #10).
+//! The pair (value, position) of one replica record makes it unnecessary:
+//!
+//! - **The pair is exact.** `p` is the version of the change that wrote `d`, so the entry
+//!   (value, `p`) says what the key was at version `p` — never a value under a version newer
+//!   than the value. (Reading a version from anywhere else and then a replica could pair a
+//!   value with a version it is not; the other order, replica then token, could pair an old
+//!   value with a newer version that no event would ever evict.)
+//! - **A later change evicts it.** Every later change of the key has a higher fence position,
+//!   and binval publishes its event only after all N replicas hold it; the evict rule (`c <
+//!   v`) removes the entry when that event arrives. A replica that is a change behind (the
+//!   writer is between replicas, or the read went to a lagging Redis replica node) just
+//!   yields an older exact pair, which the pending event evicts.
+//! - **The fill-race guard refuses it when an event overtook the fill.** If the event of the
+//!   newer change was applied while the fill was in flight (before its value landed in the
+//!   cache), the guard holds that event's version, higher than `p`, and the fill is returned
+//!   but not cached (see "The fill race" below).
+//! - **An event at `p` itself does not evict it** (`p < p` is false): the entry already shows
+//!   that change, so duplicates and replays of it evict nothing.
+//!
+//! ## Master-balanced replica choice
+//!
+//! A replica's master is the one that owns its hash slot, and slots are effectively random:
+//! 8 replicas on 3 masters land 4/2/2 as easily as 3/3/2, and a uniformly random replica then
+//! gives the master with 4 of them half of the key's reads (max/mean 1.5). So a fill groups the
+//! key's N replicas by master — with the slot map the Cluster client itself routes by, which
+//! follows `MOVED`/`ASK` redirects and topology changes (`slot_map.rs`) — picks a **master**
+//! uniformly among those holding a replica, then a replica on it
+//! ([`binval_protocol::placement`]). A missing replica moves the next read to another master
+//! first: replicas on one master share its fate. On standalone Redis every replica is on the
+//! one server and a replica is picked uniformly. The grouping costs N slot computations per
+//! fill (a table-driven CRC16 of each replica key, well under a microsecond for N = 8 next to a
+//! Redis round trip of tens of microseconds), so it is not cached. The share can only be even
+//! over the masters that hold one of the key's replicas: `binval check` reports, per mapping,
+//! how sampled keys spread and warns when N is below the number of masters.
+//!
+//! ## Missing keys and the bound on reads
+//!
+//! A key whose row does not exist — a deleted product still linked from a feed after its
+//! tombstone expired, a crawler probing ids — is missing from every replica. A fill of it costs
+//! at most [`ConsumerBuilder::max_replica_reads`] reads (default 2: one, then one on another
+//! master; never 1 + N), and its "no row" is cached for [`ConsumerBuilder::missing_ttl`]: a
+//! hot missing key costs at most 2 reads per `missing_ttl` per instance. The entry is cached at
+//! position 0 (any event of the key evicts it; the fill-race guard refuses it while a recent
+//! event of the key is remembered), or at the position of an invalidate-mode record (binval's
+//! `mode = "invalidate"` writes the position of each change and no payload). Why a second read
+//! by default: one master that lost its data misses its replicas until `binval replay`
+//! restores them; a single read would answer "no row" for existing rows on that master's
+//! share of fills. A tombstone is different: it is a change with a position, cached like a
+//! value (normal TTL) after one read.
+//!
+//! With a [`ConsumerBuilder::loader`]: the missing key goes to the loader, once per fill
+//! (single-flight, after the miss rate limits); its value is cached at the same position
+//! (normal TTL) and its `None` for `missing_ttl`, so a hot missing key reaches the loader at
+//! most once per `missing_ttl` per instance. Nothing is cached after a loader error, and with
+//! [`ConsumerBuilder::cache_loaded`]`(false)` nothing the loader says is cached.
+//!
+//! ## Reads from replica nodes
+//!
+//! [`ConsumerBuilder::read_from_replica_nodes`] (Cluster only, default off) lets each read go
+//! to the replica's master or to one of its replica nodes (`READONLY`), chosen uniformly, for
+//! deployments whose masters have replica nodes to spare. The pair a fill caches stays exact,
+//! so eviction stays correct; what it costs is staleness up to the replication lag, and two
+//! corner cases bounded only by the entry TTL (a replica node more than
+//! [`ConsumerBuilder::fill_guard_ttl`] behind, and an instance started after an event whose
+//! change its replica node has not received yet): the option's documentation says what to set
+//! on the Redis side.
 //!
 //! ## Single-flight
 //!
@@ -187,14 +262,15 @@
 //!
 //! ## The app-supplied loader
 //!
-//! [`ConsumerBuilder::loader`] is the last resort when every replica is missing (e.g. Redis
-//! lost them, or binval runs in invalidate-only mode for the table). It runs inside the key's
-//! single fill, after the miss rate limits, bounded by [`ConsumerBuilder::loader_timeout`].
-//! Its value is cached under the version token read *before* the replicas — the same rule as
-//! a replica value: a loader that reads the primary returns something at least as new as that
-//! version, so the pair is correct or gets evicted by the next event, and the fill-race guard
-//! refuses it when an event overtook the fill. A loader reading a lagging database replica
-//! should not be cached: [`ConsumerBuilder::cache_loaded`]`(false)`.
+//! [`ConsumerBuilder::loader`] is the last resort when the replicas a fill read are missing
+//! (e.g. Redis lost them, or binval runs in invalidate-only mode for the table). It runs inside
+//! the key's single fill, after the miss rate limits, bounded by
+//! [`ConsumerBuilder::loader_timeout`]. Its value is cached at the newest position the missing
+//! records carried (an invalidate-mode record has one), else 0: a loader that reads the primary
+//! returns something at least as new as that, so the next change's event evicts the entry, and
+//! the fill-race guard refuses it when an event overtook the fill. Its `None` is cached like a
+//! missing key, for [`ConsumerBuilder::missing_ttl`]. A loader reading a lagging database
+//! replica should not be cached: [`ConsumerBuilder::cache_loaded`]`(false)`.
 //!
 //! # Invalidation and the fail safe
 //!
@@ -221,7 +297,7 @@
 //!
 //! ## The fill race ("stale set")
 //!
-//! A fill can read `K:ver` = 9 and the replica, then be slow; meanwhile the writer moves `K` to
+//! A fill can read a replica at position 9, then be slow; meanwhile the writer moves `K` to
 //! 10 and the event arrives and is applied — to a cache that does not hold `K` yet. Then the
 //! slow fill lands and would cache (old value, 9) with nothing left to evict it. The listener
 //! therefore remembers the newest event version per recently invalidated key (a bounded moka
@@ -385,7 +461,8 @@
 //! entry that an event, its TTL or a fail-safe clear removed within
 //! [`ConsumerBuilder::stale_ttl`] ([`Stats::stale_served`]) — or
 //! [`ConsumerError::Overloaded`]. A stale copy is by definition possibly out of date: it trades
-//! freshness for protecting Redis, only while over the limit.
+//! freshness for protecting Redis, only while over the limit. A cached "no row" (tombstone or
+//! missing key) leaves no stale copy when it goes.
 //!
 //! # Metrics
 //!
@@ -416,6 +493,8 @@
 //! | `binval_consumer_uncached_reads_total` | counter | `get` of a key the cache mode does not cache |
 //! | `binval_consumer_bypass_reads_total` | counter | `get` while the fail-safe bypasses the cache |
 //! | `binval_consumer_fills_total` | counter | fills that found a replica value (cached or not) |
+//! | `binval_consumer_missing_total` | counter | fills whose replica reads all found the key missing (then the loader, if set) |
+//! | `binval_consumer_negative_hits_total` | counter | `get` answered "no row" from the local cache (a cached tombstone or missing key; also in hits) |
 //! | `binval_consumer_fills_refused_total` | counter | fills the fill-race guard did not cache |
 //! | `binval_consumer_coalesced_total` | counter | misses that joined a fill in flight |
 //! | `binval_consumer_limiter_rejections_total` | counter | fills refused by the miss rate limit |
@@ -439,7 +518,7 @@
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
 //! | `binval_consumer_hot_key_rank_reads_per_sec{rank}` | gauge | estimated read rate of the key at rank 1..K of the top K (0 for an empty rank): K series whatever the churn |
 //! | `binval_consumer_partition_lag_messages{partition}` | gauge | messages between the listener's position and the partition's high watermark, at each watermark observation of the fail safe (every quarter of `max_staleness`) |
-//! | `binval_consumer_redis_reads_total{master, command}` | counter | Redis reads of fills per master (`host:port`; Cluster: by the slot map, see below) and `command` (`version`: `GET K:ver`, `replica`: `HMGET K:rN`) |
+//! | `binval_consumer_redis_reads_total{master, command}` | counter | Redis reads of fills per master (`host:port`; Cluster: by the slot map, see below) and `command` (`replica`: `HMGET K:rN d t p` served by the master; `replica_node`: served by one of its replica nodes) |
 //!
 //! The hot-key gauges are set once per hot-key window by the listener thread and on every
 //! [`Consumer::hot_keys`] call. The `rank` gauge is the bounded view (K series), for
@@ -447,9 +526,10 @@
 //! at any time, but a key that left the top K stays exported at 0, so its label set grows with
 //! the churn of hot keys (show it as an instant table, `... > 0`, rather than as a series).
 //!
-//! Per-master reads: a Cluster connection does not say which master served a command, so the
-//! consumer keeps its own slot map (`CLUSTER SLOTS` at build time and at most every 30 s after)
-//! and counts each read under the master of the key's hash slot; the labels are bounded by the
+//! Per-master reads: each read is counted under the master of the replica key's hash slot in
+//! the consumer's slot map — the map the Cluster client routes by (handed over by the client at
+//! connect and after every refresh it makes on a `MOVED` redirect or a failed connection), and
+//! `CLUSTER SLOTS` at build time and at most every 30 s after; the labels are bounded by the
 //! cluster's masters.
 //!
 //! Histograms are exported as the recorder is configured: with [`HISTOGRAM_BUCKETS`] they
@@ -457,8 +537,8 @@
 //!
 //! # Not yet
 //!
-//! Negative caching of absent keys; cross-instance single-flight; a stale fallback on Redis
-//! errors (only a rate-limit refusal falls back).
+//! Cross-instance single-flight; a stale fallback on Redis errors (only a rate-limit refusal
+//! falls back).
 
 mod builder;
 mod consumer;
@@ -472,6 +552,7 @@ mod masters;
 mod read;
 mod redis_conn;
 mod single_flight;
+mod slot_map;
 mod state;
 mod stats;
 

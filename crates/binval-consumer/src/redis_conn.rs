@@ -1,19 +1,30 @@
 //! The Redis side of a fill: one small enum over a standalone connection and a Cluster
 //! connection, with bounded timeouts and no read retries. Replicas are read in the fenced
-//! record format of [`binval_protocol::fence`] (a hash: `d` payload, `t` tombstone).
+//! record format of [`binval_protocol::fence`] (a hash: `d` payload, `t` tombstone, `p` the
+//! fence position of the write), one `HMGET K:rN d t p` per read.
+//!
+//! Where a read goes: [`RedisConn::placement`] groups a key's replicas by master with the slot
+//! map the Cluster client routes by (`slot_map.rs`); the fill picks the replica
+//! (`read.rs`); [`RedisConn::replica`] sends the read to the replica's master — or, with reads
+//! from replica nodes switched on, to the master or one of its replica nodes, chosen uniformly
+//! — and counts it per master (`masters.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use binval_protocol::fence::{FIELD_DATA, FIELD_TOMBSTONE};
-use binval_protocol::ReplicaRecord;
+use binval_protocol::fence::{FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
+use binval_protocol::placement::Placement;
+use binval_protocol::{hash_slot, ReplicaRecord};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use crate::error::ConsumerError;
-use crate::masters::{MasterReads, Read};
+use crate::masters::{master_label, MasterCounters, Read};
+use crate::slot_map::{ClusterMap, SlotMap, TopologyTap};
 
-/// Where the suffix replicas and version tokens live.
+/// Where the suffix replicas live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisTarget {
     /// One Redis server, e.g. `redis://127.0.0.1:6379`.
@@ -25,24 +36,29 @@ pub enum RedisTarget {
 /// A connection to either kind of Redis, with its per-master read counters. Cheap to clone
 /// (shared, multiplexed).
 #[derive(Clone)]
-pub(crate) struct RedisConn {
-    conn: Conn,
-    reads: std::sync::Arc<MasterReads>,
+pub(crate) enum RedisConn {
+    /// Reconnects by itself after a connection loss; commands are not retried.
+    Standalone { conn: ConnectionManager, counters: Arc<MasterCounters> },
+    /// Routes each key to its slot's master; follows at most one MOVED/ASK redirect.
+    Cluster { conn: ClusterConnection, map: Arc<ClusterMap>, unknown: Arc<MasterCounters> },
 }
 
-#[derive(Clone)]
-enum Conn {
-    /// Reconnects by itself after a connection loss; commands are not retried.
-    Standalone(ConnectionManager),
-    /// Routes each key to its slot's master; follows at most one MOVED/ASK redirect.
-    Cluster(ClusterConnection),
+/// Where one key's replicas are: their grouping by master, and the slot map it came from
+/// (Cluster) so the reads go where the grouping said.
+pub(crate) struct KeyPlacement {
+    pub placement: Placement,
+    map: Option<Arc<SlotMap>>,
 }
+
+type Reply = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl RedisConn {
+    /// Connect. `replica_nodes`: reads may go to the replica nodes of a Cluster's masters.
     pub(crate) async fn connect(
         target: &RedisTarget,
         response_timeout: Duration,
         connection_timeout: Duration,
+        replica_nodes: bool,
     ) -> Result<Self, ConsumerError> {
         let ms = |d: Duration| d.as_millis() as u64;
         match target {
@@ -57,13 +73,14 @@ impl RedisConn {
                     .set_number_of_retries(1);
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, ConnectionManager::new_with_config(client, config)).await {
-                    Ok(Ok(m)) => Ok(RedisConn { conn: Conn::Standalone(m), reads: std::sync::Arc::new(MasterReads::standalone(url)) }),
+                    Ok(Ok(conn)) => Ok(RedisConn::Standalone { conn, counters: Arc::new(MasterCounters::new(&master_label(url))) }),
                     Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
                 }
             }
             RedisTarget::Cluster(urls) => {
                 let op = format!("connect to cluster {}", urls.join(","));
+                let map = ClusterMap::new(replica_nodes);
                 let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
                     .response_timeout(response_timeout)
                     .connection_timeout(connection_timeout)
@@ -71,13 +88,15 @@ impl RedisConn {
                     // after a resharding or failover; the overall timeout (= response timeout)
                     // still bounds the whole read.
                     .retries(1)
+                    // The client's slot map becomes the consumer's (see `slot_map.rs`).
+                    .read_routing_strategy(TopologyTap(map.clone()))
                     .build()
                     .map_err(|e| ConsumerError::Config { field: "redis_cluster", reason: format!("{urls:?}: {e}") })?;
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, client.get_async_connection()).await {
-                    Ok(Ok(c)) => {
-                        let reads = MasterReads::cluster(c.clone()).await;
-                        Ok(RedisConn { conn: Conn::Cluster(c), reads: std::sync::Arc::new(reads) })
+                    Ok(Ok(conn)) => {
+                        map.attach(conn.clone()).await;
+                        Ok(RedisConn::Cluster { conn, map, unknown: Arc::new(MasterCounters::new("unknown")) })
                     }
                     Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
@@ -86,44 +105,69 @@ impl RedisConn {
         }
     }
 
-    /// `GET key`, bounded by `timeout` (in addition to the client's own response timeout).
-    pub(crate) async fn get(&self, key: &str, timeout: Duration) -> Result<Option<Vec<u8>>, ConsumerError> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(key);
-        self.reads.count(key, Read::Version);
-        let fut = async {
-            match &self.conn {
-                Conn::Standalone(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
-                Conn::Cluster(c) => cmd.query_async::<Option<Vec<u8>>>(&mut c.clone()).await,
+    /// `key`'s replicas `0..n` grouped by the master of their hash slot in the current slot map
+    /// (a slot no range covers groups as its own "unknown" master). Standalone: one group.
+    pub(crate) fn placement(&self, key: &str, n: u32) -> KeyPlacement {
+        match self {
+            RedisConn::Standalone { .. } => KeyPlacement { placement: Placement::single(n), map: None },
+            RedisConn::Cluster { map, .. } => {
+                map.refresh_if_old();
+                let current = map.current();
+                let placement = Placement::of(key, n, |slot| current.shard_of(slot).unwrap_or(usize::MAX));
+                KeyPlacement { placement, map: Some(current) }
             }
-        };
-        let after_ms = timeout.as_millis() as u64;
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(ConsumerError::redis(format!("GET `{key}`"), e, after_ms)),
-            Err(_) => Err(ConsumerError::Timeout { op: format!("GET `{key}`"), after_ms }),
         }
     }
 
-    /// `HMGET key d t` of a suffix replica record, interpreted as a [`ReplicaRecord`], bounded
-    /// by `timeout`. A key that is not a hash (e.g. a replica written in the old plain-string
-    /// format) is a [`ConsumerError::Redis`] (`WRONGTYPE`), never silently a miss.
-    pub(crate) async fn replica(&self, key: &str, timeout: Duration) -> Result<ReplicaRecord, ConsumerError> {
+    /// `HMGET rkey d t p` of suffix replica `rkey` (placed per `at`), interpreted as a
+    /// [`ReplicaRecord`], bounded by `timeout`. A key that is not a hash (e.g. a replica written
+    /// in the old plain-string format) is a [`ConsumerError::Redis`] (`WRONGTYPE`), and a `p`
+    /// that is not a number a [`ConsumerError::Decode`]; never silently a miss.
+    pub(crate) async fn replica(&self, rkey: &str, at: &KeyPlacement, timeout: Duration) -> Result<ReplicaRecord, ConsumerError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(key).arg(FIELD_DATA).arg(FIELD_TOMBSTONE);
-        type Reply = (Option<Vec<u8>>, Option<Vec<u8>>);
-        self.reads.count(key, Read::Replica);
+        cmd.arg(rkey).arg(FIELD_DATA).arg(FIELD_TOMBSTONE).arg(FIELD_POSITION);
+        let op = || format!("HMGET `{rkey}` d t p");
+        let after_ms = timeout.as_millis() as u64;
         let fut = async {
-            match &self.conn {
-                Conn::Standalone(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
-                Conn::Cluster(c) => cmd.query_async::<Reply>(&mut c.clone()).await,
+            match self {
+                RedisConn::Standalone { conn, counters } => {
+                    counters.count(Read::Replica);
+                    cmd.query_async::<Reply>(&mut conn.clone()).await
+                }
+                RedisConn::Cluster { conn, map, unknown } => {
+                    let slot_map = at.map.as_deref();
+                    let shard = slot_map.and_then(|m| m.shard_of(hash_slot(rkey.as_bytes())).and_then(|s| m.shard(s)));
+                    let node = shard.and_then(|s| {
+                        // Uniform over the master and its replica nodes: 0 is the master.
+                        let nodes = map.readable_nodes(s);
+                        rand::random_range(0..=nodes.len()).checked_sub(1).map(|i| nodes[i])
+                    });
+                    let counters = shard.map_or(&**unknown, |s| &s.counters);
+                    match node {
+                        None => {
+                            counters.count(Read::Replica);
+                            cmd.query_async::<Reply>(&mut conn.clone()).await
+                        }
+                        Some((host, port)) => {
+                            counters.count(Read::ReplicaNode);
+                            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
+                            match conn.clone().route_command(cmd.clone(), route).await {
+                                Ok(v) => redis::from_redis_value::<Reply>(v).map_err(redis::RedisError::from),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    }
+                }
             }
         };
-        let after_ms = timeout.as_millis() as u64;
         match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok((d, t))) => Ok(ReplicaRecord::from_fields(d, t)),
-            Ok(Err(e)) => Err(ConsumerError::redis(format!("HMGET `{key}` d t"), e, after_ms)),
-            Err(_) => Err(ConsumerError::Timeout { op: format!("HMGET `{key}` d t"), after_ms }),
+            Ok(Ok((d, t, p))) => ReplicaRecord::from_fields(d, t, p).map_err(|reason| ConsumerError::Decode {
+                key: rkey.to_string(),
+                what: "replica",
+                reason,
+            }),
+            Ok(Err(e)) => Err(ConsumerError::redis(op(), e, after_ms)),
+            Err(_) => Err(ConsumerError::Timeout { op: op(), after_ms }),
         }
     }
 }

@@ -20,12 +20,13 @@ use crate::fail_safe::FailSafe;
 use crate::hot::{HotKeys, HotSettings};
 use crate::stats::Counters;
 
-/// One local cache entry: the payload text, the version token that was read *before* it, the
-/// entry's own time to live (drawn with jitter at the fill) and, with refresh-ahead, when a
-/// background refresh becomes due.
+/// One local cache entry: the payload text (`None`: "no row", a cached tombstone or missing
+/// key), the fence position it was written at (the version it is cached at), the entry's own
+/// time to live (drawn with jitter at the fill, or the short TTL of a missing key) and, with
+/// refresh-ahead, when a background refresh becomes due.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    pub value: Arc<str>,
+    pub value: Option<Arc<str>>,
     pub version: Version,
     pub ttl: Duration,
     /// Fill time + `ttl`, taken just before the insert (so never later than moka's own expiry);
@@ -61,7 +62,7 @@ pub const ENTRY_OVERHEAD_BYTES: u64 = 160;
 /// `max_entries` entries: moka bounds one total weight, and the floor turns the entry bound
 /// into a weight bound.
 pub(crate) fn entry_weight(key: &str, e: &Entry, floor: u64) -> u32 {
-    let bytes = key.len() as u64 + e.value.len() as u64 + ENTRY_OVERHEAD_BYTES;
+    let bytes = key.len() as u64 + e.value.as_ref().map_or(0, |v| v.len() as u64) + ENTRY_OVERHEAD_BYTES;
     bytes.max(floor).min(u64::from(u32::MAX)) as u32
 }
 
@@ -271,9 +272,9 @@ impl Shared {
                 }
                 // Entries removed by an event, by clearing, or by their TTL leave a stale copy
                 // (size evictions do not: those are cold keys).
-                if let Some(stale) = &stale_l {
+                if let (Some(stale), Some(value)) = (&stale_l, e.value) {
                     if matches!(cause, RemovalCause::Explicit | RemovalCause::Expired) {
-                        stale.insert(String::clone(&k), e.value);
+                        stale.insert(String::clone(&k), value);
                     }
                 }
             })
@@ -394,8 +395,8 @@ impl Shared {
                 Some(e) if should_evict(e.value().version, version) => Op::Remove,
                 _ => Op::Nop,
             }) {
-                if let Some(stale) = &self.stale {
-                    stale.insert(k.to_string(), e.into_value().value);
+                if let (Some(stale), Some(value)) = (&self.stale, e.into_value().value) {
+                    stale.insert(k.to_string(), value);
                 }
                 n += 1;
             }
@@ -403,26 +404,33 @@ impl Shared {
         n
     }
 
-    /// A new entry for a fill: its TTL drawn with jitter, its refresh-ahead mark.
-    fn new_entry(&self, value: &Arc<str>, version: Version) -> Entry {
-        let ttl = self.ttl.sample();
+    /// A new entry for a fill: its TTL drawn with jitter (or `ttl`, for a missing key), its
+    /// refresh-ahead mark.
+    fn new_entry(&self, value: Option<&Arc<str>>, version: Version, ttl: Option<Duration>) -> Entry {
+        let ttl = ttl.unwrap_or_else(|| self.ttl.sample());
         let now = Instant::now();
         let refresh = self.refresh_ahead.map(|f| Arc::new(RefreshMark { at: now + ttl.mul_f64(1.0 - f), started: AtomicBool::new(false) }));
-        Entry { value: value.clone(), version, ttl, expires_at: now + ttl, refresh }
+        Entry { value: value.cloned(), version, ttl, expires_at: now + ttl, refresh }
     }
 
-    /// Cache a fill of `key` read at `version`, unless the fill-race guard or a fail-safe
+    /// Cache a fill of `key` found at `version` (`value` `None`: "no row"; `ttl` `Some`: the
+    /// entry's own TTL instead of the jittered one), unless the fill-race guard or a fail-safe
     /// transition since `epoch` says it may be stale. Returns `true` if it stayed cached.
     ///
     /// Ordering argument: the listener (1) raises the guard, then (2) evicts. The fill
     /// (a) inserts, then (b) re-checks the guard. If (2) did not see the insert, (2) ran before
     /// (a), so (1) ran before (b) and (b) sees the raised guard and removes the entry.
-    pub(crate) fn try_cache(&self, key: &str, value: &Arc<str>, version: Version, epoch: u64) -> bool {
+    pub(crate) fn try_cache(&self, key: &str, value: Option<&Arc<str>>, version: Version, epoch: u64, ttl: Option<Duration>) -> bool {
         if self.guard_refuses(key, version) {
             self.counters.fill_refused();
             return false;
         }
-        let entry = self.new_entry(value, version);
+        let entry = self.new_entry(value, version, ttl);
+        let same = |e: &Entry| match (&e.value, value) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
         let put = self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
             // A concurrent fill already cached a newer pair: keep it.
             Some(e) if e.value().version > version => Op::Nop,
@@ -436,7 +444,7 @@ impl Shared {
         let refused = self.guard_refuses(key, version);
         if refused || self.epoch() != epoch || !self.is_serving_local() {
             self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
-                Some(e) if e.value().version == version && Arc::ptr_eq(&e.value().value, value) => Op::Remove,
+                Some(e) if e.value().version == version && same(e.value()) => Op::Remove,
                 _ => Op::Nop,
             });
             // A reader may have copied the entry into its front between insert and removal.
@@ -483,8 +491,8 @@ impl Shared {
                 _ => Op::Nop,
             }) {
                 // Keep the last known value for the stale fallback of the miss rate limit.
-                if let Some(stale) = &self.stale {
-                    stale.insert(key.to_string(), e.into_value().value);
+                if let (Some(stale), Some(value)) = (&self.stale, e.into_value().value) {
+                    stale.insert(key.to_string(), value);
                 }
                 evicted_at[*i] = true;
             }
@@ -562,18 +570,18 @@ mod tests {
     fn truncate_evicts_by_prefix_and_guards_fills() {
         let s = shared();
         let v: Arc<str> = Arc::from("x");
-        assert!(s.try_cache("p:item:1", &v, 5, s.epoch()));
-        assert!(s.try_cache("p:item:2", &v, 12, s.epoch()));
-        assert!(s.try_cache("p:tag:1", &v, 5, s.epoch()));
+        assert!(s.try_cache("p:item:1", Some(&v), 5, s.epoch(), None));
+        assert!(s.try_cache("p:item:2", Some(&v), 12, s.epoch(), None));
+        assert!(s.try_cache("p:tag:1", Some(&v), 5, s.epoch(), None));
         let mut t = ev("p:item:{id}", 10);
         t.op = EvOp::Truncate;
         s.apply_batch(&[t]);
         assert!(s.local.get("p:item:1").is_none(), "older entry of the table evicted");
         assert!(s.local.get("p:item:2").is_some(), "entry newer than the truncate stays");
         assert!(s.local.get("p:tag:1").is_some(), "other prefix stays");
-        assert!(!s.try_cache("p:item:3", &v, 9, s.epoch()), "a fill older than the truncate is refused");
-        assert!(s.try_cache("p:item:3", &v, 10, s.epoch()), "a fill at or after it is cached");
-        assert!(s.try_cache("p:tag:2", &v, 9, s.epoch()));
+        assert!(!s.try_cache("p:item:3", Some(&v), 9, s.epoch(), None), "a fill older than the truncate is refused");
+        assert!(s.try_cache("p:item:3", Some(&v), 10, s.epoch(), None), "a fill at or after it is cached");
+        assert!(s.try_cache("p:tag:2", Some(&v), 9, s.epoch(), None));
     }
 
     /// The front remembers an entry the local cache no longer holds (dropped for size); an
@@ -582,7 +590,7 @@ mod tests {
     fn every_batch_invalidates_the_front() {
         let s = shared();
         let v: Arc<str> = Arc::from("old");
-        assert!(s.try_cache("k", &v, 1, s.epoch()));
+        assert!(s.try_cache("k", Some(&v), 1, s.epoch(), None));
         let gen = s.front_gen();
         let e = s.local.get("k").unwrap();
         crate::front::put(s.id, gen, "k", &e);
@@ -599,23 +607,41 @@ mod tests {
     fn guard_removal_and_fail_safe_invalidate_the_front() {
         let s = shared();
         let v: Arc<str> = Arc::from("x");
-        assert!(s.try_cache("k", &v, 5, s.epoch()));
+        assert!(s.try_cache("k", Some(&v), 5, s.epoch(), None));
         let gen = s.front_gen();
         crate::front::put(s.id, gen, "k", &s.local.get("k").unwrap());
         s.apply_batch(&[ev("k", 9)]);
         let g1 = s.front_gen();
         assert_ne!(g1, gen);
         // A fill at an older version than the guard is refused: nothing cached.
-        assert!(!s.try_cache("k", &v, 8, s.epoch()));
+        assert!(!s.try_cache("k", Some(&v), 8, s.epoch(), None));
         // A fill started before a fail-safe transition is removed again, and the front moves.
         let epoch = s.epoch();
         s.stop_serving_local();
         assert!(s.front_gen() > g1);
         s.resume_serving_local();
         let g2 = s.front_gen();
-        assert!(!s.try_cache("k", &v, 10, epoch), "fill from an older epoch");
+        assert!(!s.try_cache("k", Some(&v), 10, epoch, None), "fill from an older epoch");
         assert!(s.front_gen() > g2);
         assert!(s.local.get("k").is_none());
+    }
+
+    /// "No row" entries follow the same rules as values: a tombstone at its position is evicted
+    /// only by a newer event; a missing key at position 0 by any event, and refused while an
+    /// event of the key is remembered; a missing key's own TTL is used.
+    #[test]
+    fn no_row_entries_follow_the_evict_rule_and_the_guard() {
+        let s = shared();
+        assert!(s.try_cache("tomb", None, 7, s.epoch(), None));
+        assert!(s.try_cache("gone", None, 0, s.epoch(), Some(Duration::from_millis(500))));
+        assert_eq!(s.local.get("gone").map(|e| (e.value, e.ttl)), Some((None, Duration::from_millis(500))));
+        let n = s.apply_batch(&[ev("tomb", 7), ev("gone", 1)]);
+        assert_eq!((n[0].evicted, n[1].evicted), (false, true));
+        assert!(s.local.get("tomb").is_some_and(|e| e.value.is_none() && e.version == 7));
+        assert!(!s.try_cache("gone", None, 0, s.epoch(), Some(Duration::from_secs(1))), "the guard remembers version 1");
+        let v: Arc<str> = Arc::from("back");
+        assert!(s.try_cache("gone", Some(&v), 1, s.epoch(), None));
+        assert!(s.apply_batch(&[ev("tomb", 8)])[0].evicted);
     }
 
     #[test]

@@ -33,6 +33,15 @@ pub struct Stats {
     pub bypass_reads: u64,
     /// Redis read-throughs that found a value, whether it was then cached or not.
     pub fills: u64,
+    /// Redis reads made by fills (one `HMGET K:rN d t p` each, whichever node served it): the
+    /// sum of `binval_consumer_redis_reads_total` over masters and commands.
+    pub redis_reads: u64,
+    /// Fills whose replica reads (at most [`crate::ConsumerBuilder::max_replica_reads`]) all
+    /// found the key missing; they went on to the loader if one is set.
+    pub missing: u64,
+    /// `get` calls answered "no row" from the local cache: a cached tombstone, or a key cached
+    /// as missing ([`crate::ConsumerBuilder::missing_ttl`]). Also counted in `hits`.
+    pub negative_hits: u64,
     /// Fills that the fill-race guard refused to cache (returned to the caller only).
     pub fills_refused: u64,
     /// Invalidation events the listener applied.
@@ -83,6 +92,9 @@ pub(crate) struct Counters {
     pub misses: AtomicU64,
     pub bypass_reads: AtomicU64,
     pub fills: AtomicU64,
+    pub redis_reads: AtomicU64,
+    pub missing: AtomicU64,
+    pub negative_hits: AtomicU64,
     pub fills_refused: AtomicU64,
     pub events: AtomicU64,
     pub evictions: AtomicU64,
@@ -138,6 +150,8 @@ const COUNTER_NAMES: &[&str] = &[
     "binval_consumer_misses_total",
     "binval_consumer_bypass_reads_total",
     "binval_consumer_fills_total",
+    "binval_consumer_missing_total",
+    "binval_consumer_negative_hits_total",
     "binval_consumer_fills_refused_total",
     "binval_consumer_events_total",
     "binval_consumer_evictions_total",
@@ -171,6 +185,14 @@ impl Counters {
     bump!(miss, misses, "binval_consumer_misses_total");
     bump!(bypass_read, bypass_reads, "binval_consumer_bypass_reads_total");
     bump!(fill, fills, "binval_consumer_fills_total");
+    bump!(missing, missing, "binval_consumer_missing_total");
+
+    /// One Redis read of a fill (the per-master metric is counted where the read is sent).
+    #[inline]
+    pub(crate) fn redis_read(&self) {
+        self.redis_reads.fetch_add(1, Relaxed);
+    }
+    bump!(negative_hit, negative_hits, "binval_consumer_negative_hits_total");
     bump!(fill_refused, fills_refused, "binval_consumer_fills_refused_total");
     bump!(bad_message, bad_messages, "binval_consumer_bad_messages_total");
     bump!(coalesced, coalesced, "binval_consumer_coalesced_total");
@@ -217,6 +239,9 @@ impl Counters {
             misses: self.misses.load(Relaxed),
             bypass_reads: self.bypass_reads.load(Relaxed),
             fills: self.fills.load(Relaxed),
+            redis_reads: self.redis_reads.load(Relaxed),
+            missing: self.missing.load(Relaxed),
+            negative_hits: self.negative_hits.load(Relaxed),
             fills_refused: self.fills_refused.load(Relaxed),
             events: self.events.load(Relaxed),
             evictions: self.evictions.load(Relaxed),

@@ -17,9 +17,10 @@ struct Item {
     name: String,
 }
 
-/// 1. A miss reads the version token, then a replica; the pair is cached; the next get hits.
+/// 1. A miss reads one replica (never the version token) and caches its value at the replica's
+/// position; the next get hits.
 #[tokio::test(flavor = "multi_thread")]
-async fn fill_reads_version_then_replica() -> anyhow::Result<()> {
+async fn fill_reads_one_replica_at_its_position() -> anyhow::Result<()> {
     init_tracing();
     let broker = binval_testkit::broker();
     let topic = create_topic(&broker.bootstrap(), 3).await?;
@@ -32,7 +33,7 @@ async fn fill_reads_version_then_replica() -> anyhow::Result<()> {
     assert!(c.is_serving_local());
     assert_eq!(c.get(&key).await?.as_deref(), Some(payload));
     let s = c.stats();
-    assert_eq!((s.hits, s.misses, s.fills, s.fills_refused), (0, 1, 1, 0), "{s:?}");
+    assert_eq!((s.hits, s.misses, s.fills, s.fills_refused, s.redis_reads), (0, 1, 1, 0, 1), "{s:?}");
     assert_eq!(c.cached_version(&key), Some(3));
 
     // Second read is a local hit, even though Redis changed behind its back (no event sent).
@@ -256,11 +257,33 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
     assert_eq!(c.get(&key).await?.as_deref(), Some("clustered"));
     assert_eq!(c.cached_version(&key), Some(7));
 
-    // Only one replica present: the fill tries the others once each and finds it.
-    let key2 = format!("item:detail:{}", binval_testkit::unique_name("k"));
-    write_record(&mut w, &key2, [5], "set", "only-r5", 2).await?;
-    assert_eq!(c.get(&key2).await?.as_deref(), Some("only-r5"));
-    assert_eq!(c.cached_version(&key2), Some(2));
+    // One master lost its replicas of key2 (the others hold them): a fill that reads a missing
+    // replica first moves to another master, so every fill finds the value within two reads.
+    let master_of = cluster_master_of(&urls)?;
+    let (key2, lost) = (0..200)
+        .find_map(|i| {
+            let k = format!("item:detail:{}:{i}", binval_testkit::unique_name("k"));
+            let p = binval_protocol::placement::Placement::of(&k, 8, &master_of);
+            (p.masters() >= 2).then(|| (k, p.groups()[0].clone()))
+        })
+        .expect("a key with replicas on two masters");
+    let kept: Vec<u32> = (0..8).filter(|i| !lost.1.contains(i)).collect();
+    write_record(&mut w, &key2, kept.clone(), "set", "kept", 2).await?;
+    // Local caching off for the key: every get is a fill.
+    let c2 = builder(&topic)
+        .redis_cluster(urls.clone())
+        .replicas(8)
+        .cache_mode(binval_consumer::CacheMode::Prefixes(vec!["not-this-key:".into()]))
+        .build()
+        .await?;
+    for round in 0..20 {
+        assert_eq!(c2.get(&key2).await?.as_deref(), Some("kept"), "round {round}");
+    }
+    let s = c2.stats();
+    println!("master {} lost replicas {:?} of {key2}; 20 fills: {s:?}", lost.0, lost.1);
+    assert_eq!((s.fills, s.missing), (20, 0), "{s:?}");
+    assert!(s.redis_reads <= 40, "{s:?}");
+    c2.shutdown().await;
 
     // Eviction works the same on a cluster.
     let p = producer(&broker.bootstrap())?;
@@ -273,24 +296,61 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
     Ok(())
 }
 
-/// 7. No replica exists: Ok(None), nothing cached.
-#[tokio::test(flavor = "multi_thread")]
-async fn all_replicas_missing_is_none() -> anyhow::Result<()> {
+/// 7. No replica exists (never written; the version token does not matter): `None` after at
+/// most two reads, cached as "no row" for `missing_ttl` (concurrent and later gets read nothing
+/// more); the key's next event evicts it; `missing_ttl(ZERO)` caches nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<()> {
     init_tracing();
     let broker = binval_testkit::broker();
     let topic = create_topic(&broker.bootstrap(), 1).await?;
     let key = format!("{}:7", binval_testkit::unique_name("item"));
     let mut r = redis_conn().await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).build().await?;
-    // Neither version token nor replicas.
-    assert_eq!(c.get(&key).await?, None);
-    // A version token but no replicas (deleted key).
     let _: () = r.set(version_key(&key), 12).await?;
-    assert_eq!(c.get(&key).await?, None);
+    let c = builder(&topic)
+        .redis_standalone(binval_testkit::redis().url())
+        .replicas(4)
+        .missing_ttl(Duration::from_millis(1500))
+        .build()
+        .await?;
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let (c, key) = (c.clone(), key.clone());
+        tasks.push(tokio::spawn(async move { c.get(&key).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await??, None);
+    }
+    for _ in 0..200 {
+        assert_eq!(c.get(&key).await?, None);
+    }
     assert_eq!(c.get_json::<Item>(&key).await?, None);
-    assert_eq!(c.cached_version(&key), None);
+    assert_eq!(c.cached_version(&key), Some(0), "cached as no row at position 0");
     let s = c.stats();
-    assert_eq!((s.hits, s.misses, s.fills), (0, 3, 0), "{s:?}");
+    println!("hot missing key, 221 gets: {s:?}");
+    assert_eq!((s.missing, s.fills, s.redis_reads), (1, 0, 2), "one fill, two reads: {s:?}");
+    assert!(s.negative_hits >= 200 && s.negative_hits == s.hits, "{s:?}");
+
+    // The key's next change evicts it at once (any version is above 0).
+    write_standalone(&mut r, &key, 4, "now-there", 13).await?;
+    let mut rx = c.subscribe_evictions();
+    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 13)).await?;
+    assert!(wait_notice(&mut rx, &key, 13, WAIT).await?.evicted);
+    assert_eq!(c.get(&key).await?.as_deref(), Some("now-there"));
+    assert_eq!(c.cached_version(&key), Some(13));
+
+    // Without an event, the entry expires after missing_ttl.
+    let gone = format!("{}:7b", binval_testkit::unique_name("item"));
+    assert_eq!(c.get(&gone).await?, None);
+    assert_eq!(c.cached_version(&gone), Some(0));
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(c.cached_version(&gone), None, "missing_ttl bounds it");
+    c.shutdown().await;
+
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).missing_ttl(Duration::ZERO).build().await?;
+    assert_eq!(c.get(&gone).await?, None);
+    assert_eq!(c.cached_version(&gone), None);
+    assert_eq!(c.stats().redis_reads, 2);
     c.shutdown().await;
     Ok(())
 }
@@ -303,6 +363,19 @@ async fn config_errors_name_the_field() -> anyhow::Result<()> {
     assert!(matches!(err, binval_consumer::ConsumerError::Config { field: "redis", .. }), "{err}");
     let err = builder("t").redis_standalone(binval_testkit::redis().url()).replicas(0).build().await.unwrap_err();
     assert!(matches!(err, binval_consumer::ConsumerError::Config { field: "replicas", .. }), "{err}");
+    let err = builder("t").redis_standalone(binval_testkit::redis().url()).max_replica_reads(0).build().await.unwrap_err();
+    assert!(matches!(err, binval_consumer::ConsumerError::Config { field: "max_replica_reads", .. }), "{err}");
+    let err = builder("t")
+        .redis_standalone(binval_testkit::redis().url())
+        .ttl(Duration::from_secs(1))
+        .missing_ttl(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, binval_consumer::ConsumerError::Config { field: "missing_ttl", .. }), "{err}");
+    assert!(err.to_string().contains("1000 ms") && err.to_string().contains("2000 ms"), "{err}");
+    let err = builder("t").redis_standalone(binval_testkit::redis().url()).read_from_replica_nodes(true).build().await.unwrap_err();
+    assert!(matches!(err, binval_consumer::ConsumerError::Config { field: "read_from_replica_nodes", .. }), "{err}");
     let missing = binval_testkit::unique_name("no_such_topic");
     let err = builder(&missing)
         .redis_standalone(binval_testkit::redis().url())

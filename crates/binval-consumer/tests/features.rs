@@ -24,18 +24,21 @@ fn key(prefix: &str) -> String {
     format!("{}:{}", binval_testkit::unique_name(prefix), rand::random::<u32>())
 }
 
-/// A tombstone means "no row": `None`, nothing cached, and neither another replica nor the
-/// loader is asked.
+/// A tombstone means "no row": `None` after one read, cached at the tombstone's position (the
+/// next gets read nothing), neither another replica nor the loader is asked, and the next
+/// change's event evicts it like any entry.
 #[tokio::test(flavor = "multi_thread")]
 async fn tombstone_is_no_row_without_loader_call() -> anyhow::Result<()> {
     init_tracing();
+    let broker = binval_testkit::broker();
+    let t = topic().await?;
     let k = key("tomb");
     let mut r = redis_conn().await?;
     write_fenced(&mut r, &k, 4, r#"{"id":1}"#, 10).await?;
     write_tombstone(&mut r, &k, 4, 11).await?;
     let calls = Arc::new(AtomicU64::new(0));
     let calls2 = calls.clone();
-    let c = builder(&topic().await?)
+    let c = builder(&t)
         .redis_standalone(binval_testkit::redis().url())
         .replicas(4)
         .loader(move |_k| {
@@ -44,25 +47,40 @@ async fn tombstone_is_no_row_without_loader_call() -> anyhow::Result<()> {
         })
         .build()
         .await?;
-    assert_eq!(c.get(&k).await?, None);
-    assert_eq!(c.cached_version(&k), None);
+    for _ in 0..10 {
+        assert_eq!(c.get(&k).await?, None);
+    }
+    assert_eq!(c.cached_version(&k), Some(11), "no row, cached at the tombstone's position");
     let s = c.stats();
-    assert_eq!((s.tombstones, s.fills, s.loader_fills), (1, 0, 0), "{s:?}");
+    assert_eq!((s.tombstones, s.fills, s.loader_fills, s.redis_reads, s.negative_hits), (1, 0, 0, 1, 9), "{s:?}");
     assert_eq!(calls.load(SeqCst), 0, "the loader must not be asked for a deleted row");
+
+    // An event of the delete itself (a duplicate) evicts nothing; the row's re-insert does.
+    let mut rx = c.subscribe_evictions();
+    let p = producer(&broker.bootstrap())?;
+    publish(&p, &t, &event(&k, 11)).await?;
+    assert!(!wait_notice(&mut rx, &k, 11, WAIT).await?.evicted);
+    write_fenced(&mut r, &k, 4, r#"{"id":1,"back":true}"#, 12).await?;
+    publish(&p, &t, &event(&k, 12)).await?;
+    assert!(wait_notice(&mut rx, &k, 12, WAIT).await?.evicted);
+    assert_eq!(c.get(&k).await?.as_deref(), Some(r#"{"id":1,"back":true}"#));
 
     // A replica written in the old plain-string format is an error naming the key, not a miss.
     let old = key("oldfmt");
-    let _: () = r.set(binval_protocol::replica_key(&old, 0), "plain").await?;
+    for i in 0..4 {
+        let _: () = r.set(binval_protocol::replica_key(&old, i), "plain").await?;
+    }
     let err = c.get(&old).await.unwrap_err();
     assert!(matches!(err, ConsumerError::Redis { .. }) && err.to_string().contains(&old), "{err}");
     c.shutdown().await;
     Ok(())
 }
 
-/// Every replica missing: the loader's value is returned and cached under the version token
-/// read before it; concurrent misses call it once; `None` and errors pass through.
+/// Every read replica missing: the loader's value is returned and cached at the position the
+/// missing records carried (invalidate-mode records hold one; none: 0); concurrent misses call
+/// it once; its `None` is cached like a missing key; errors pass through and cache nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn loader_is_the_last_resort_and_cached_under_the_version_read_first() -> anyhow::Result<()> {
+async fn loader_is_the_last_resort_and_cached_at_the_records_position() -> anyhow::Result<()> {
     init_tracing();
     let broker = binval_testkit::broker();
     let t = topic().await?;
@@ -93,9 +111,10 @@ async fn loader_is_the_last_resort_and_cached_under_the_version_read_first() -> 
         .build()
         .await?;
 
-    // Version token 5, no replica (e.g. Redis lost them): loaded value, cached at version 5.
+    // Invalidate-mode records at position 5 (binval's `mode = "invalidate"`: a position, no
+    // payload): loaded value, cached at 5.
     let k = key("load");
-    let _: () = r.set(binval_protocol::version_key(&k), 5).await?;
+    write_record(&mut r, &k, 0..3, "inv", "", 5).await?;
     let barrier = Arc::new(tokio::sync::Barrier::new(20));
     let mut tasks = Vec::new();
     for _ in 0..20 {
@@ -112,33 +131,47 @@ async fn loader_is_the_last_resort_and_cached_under_the_version_read_first() -> 
     assert_eq!(c.cached_version(&k), Some(5));
     assert_eq!(c.get(&k).await?, Some(format!("loaded:{k}")));
     let s = c.stats();
-    assert_eq!((s.loader_fills, s.fills), (1, 0), "{s:?}");
+    assert_eq!((s.loader_fills, s.fills, s.missing), (1, 0, 1), "{s:?}");
+    assert!(s.redis_reads <= 2, "at most two replica reads before the loader: {s:?}");
 
     // The next event evicts it like any entry.
     let mut rx = c.subscribe_evictions();
     publish(&producer(&broker.bootstrap())?, &t, &event(&k, 6)).await?;
     assert!(wait_notice(&mut rx, &k, 6, WAIT).await?.evicted);
 
-    // Fill race: the event for version 7 was applied, Redis still says 6: returned, not cached.
+    // Fill race: the event for version 7 was applied, the records still say 6: returned, not
+    // cached.
     publish(&producer(&broker.bootstrap())?, &t, &event(&k, 7)).await?;
     wait_notice(&mut rx, &k, 7, WAIT).await?;
-    let _: () = r.set(binval_protocol::version_key(&k), 6).await?;
+    write_record(&mut r, &k, 0..3, "inv", "", 6).await?;
     assert_eq!(c.get(&k).await?, Some(format!("loaded:{k}")));
     assert_eq!(c.cached_version(&k), None);
     assert_eq!(c.stats().fills_refused, 1);
 
     // A replica value wins over the loader.
     let k2 = key("load");
-    write_record(&mut r, &k2, [2], "set", "replica-value", 3).await?;
+    write_fenced(&mut r, &k2, 3, "replica-value", 3).await?;
     let before = calls.load(SeqCst);
     assert_eq!(c.get(&k2).await?.as_deref(), Some("replica-value"));
     assert_eq!(calls.load(SeqCst), before);
 
-    // None, error, timeout.
-    assert_eq!(c.get(&format!("{}:none", key("load"))).await?, None);
+    // No record at all: the loaded value is cached at 0 (any event evicts it).
+    let k0 = key("load");
+    assert_eq!(c.get(&k0).await?, Some(format!("loaded:{k0}")));
+    assert_eq!(c.cached_version(&k0), Some(0));
+
+    // None (cached as no row for missing_ttl: the loader is not asked again), error, timeout.
+    let none = format!("{}:none", key("load"));
+    let before = calls.load(SeqCst);
+    for _ in 0..5 {
+        assert_eq!(c.get(&none).await?, None);
+    }
+    assert_eq!(calls.load(SeqCst), before + 1, "a hot missing key reaches the loader once per missing_ttl");
+    assert_eq!(c.cached_version(&none), Some(0));
     let fail = format!("{}:fail", key("load"));
     let err = c.get(&fail).await.unwrap_err();
     assert!(matches!(&err, ConsumerError::Loader { key, reason } if *key == fail && reason == "db is down"), "{err}");
+    assert_eq!(c.cached_version(&fail), None, "nothing cached after a loader error");
     let slow = format!("{}:slow", key("load"));
     let err = c.get(&slow).await.unwrap_err();
     assert!(matches!(&err, ConsumerError::Timeout { op, after_ms: 500 } if op.contains(&slow)), "{err}");
@@ -155,6 +188,16 @@ async fn loader_is_the_last_resort_and_cached_under_the_version_read_first() -> 
     let k3 = key("load");
     assert_eq!(c.get(&k3).await?.as_deref(), Some(k3.as_str()));
     assert_eq!(c.cached_version(&k3), None);
+    let k4 = key("load");
+    let c_none = builder(&t)
+        .redis_standalone(binval_testkit::redis().url())
+        .cache_loaded(false)
+        .loader(|_k: String| async move { Ok::<_, String>(None) })
+        .build()
+        .await?;
+    assert_eq!(c_none.get(&k4).await?, None);
+    assert_eq!(c_none.cached_version(&k4), None, "cache_loaded(false) caches the loader's None neither");
+    c_none.shutdown().await;
     c.shutdown().await;
     Ok(())
 }

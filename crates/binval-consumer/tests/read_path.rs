@@ -95,6 +95,8 @@ async fn per_key_limit_serves_stale_or_overloaded() -> anyhow::Result<()> {
         .redis_standalone(binval_testkit::redis().url())
         .max_fills_per_key_per_sec(1)
         .stale_ttl(Duration::from_secs(30))
+        // The absent key below must miss every time (a cached "no row" would answer it).
+        .missing_ttl(Duration::ZERO)
         .build()
         .await?;
     let p = producer(&broker.bootstrap())?;
@@ -236,13 +238,14 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection, cmd: &str) 
         .unwrap_or(0))
 }
 
-/// The fill-race test, with a real pause: on the 3-master cluster, the version token
-/// and the only replica of the key live on different masters. The replica's master is paused
-/// (`CLIENT PAUSE`), so a fill reads the version token (5) and then waits in its replica read;
-/// meanwhile the writer moves the token to 6 and the event for 6 is applied; then the pause
-/// ends and the fill gets the old value. It is returned to the caller and not cached.
+/// The fill-race test, with a real pause: on the 3-master cluster, the master of the key's
+/// only replica is paused (`CLIENT PAUSE`), so a fill's replica read waits there, and the event
+/// of change 6 is applied meanwhile — the fill's answer (the record at position 5, read before
+/// change 6 reached the replica) is overtaken by the event, as when a fill's reply is slow to
+/// arrive. Then the pause ends and the fill gets the old record: it is returned to the caller
+/// and not cached.
 #[tokio::test(flavor = "multi_thread")]
-async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow::Result<()> {
+async fn fill_paused_in_its_replica_read_is_not_cached() -> anyhow::Result<()> {
     init_tracing();
     let broker = binval_testkit::broker();
     let topic = create_topic(&broker.bootstrap(), 1).await?;
@@ -251,34 +254,23 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
     for u in &urls {
         nodes.push(redis::Client::open(u.as_str())?.get_multiplexed_async_connection().await?);
     }
-    // The node that owns `key`: the one that answers for it without a MOVED redirect.
-    async fn owner(nodes: &mut [redis::aio::MultiplexedConnection], key: &str) -> anyhow::Result<usize> {
-        for (i, n) in nodes.iter_mut().enumerate() {
-            if redis::cmd("EXISTS").arg(key).query_async::<i64>(n).await.is_ok() {
-                return Ok(i);
-            }
-        }
-        anyhow::bail!("no node owns {key}")
-    }
-    let base = binval_testkit::unique_name("pause");
-    let mut found = None;
-    for i in 0..100 {
-        let k = format!("item:{base}:{i}");
-        let (v, r) =
-            (owner(&mut nodes, &binval_protocol::version_key(&k)).await?, owner(&mut nodes, &binval_protocol::replica_key(&k, 0)).await?);
-        if v != r {
-            found = Some((k, v, r));
-            break;
+    let key = format!("item:{}:1", binval_testkit::unique_name("pause"));
+    // The node that owns the replica: the one that answers for it without a MOVED redirect.
+    let rkey = binval_protocol::replica_key(&key, 0);
+    let mut rep_node = None;
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if redis::cmd("EXISTS").arg(&rkey).query_async::<i64>(n).await.is_ok() {
+            rep_node = Some(i);
         }
     }
-    let (key, ver_node, rep_node) = found.expect("a key whose token and replica are on different masters");
+    let rep_node = rep_node.expect("a node owns the replica");
     let cluster = redis::cluster::ClusterClient::new(urls.clone())?;
     let mut w = cluster.get_async_connection().await?;
     write_fenced(&mut w, &key, 1, "old", 5).await?;
 
     let c = builder(&topic).redis_cluster(urls.clone()).replicas(1).redis_response_timeout(Duration::from_secs(10)).build().await?;
     let mut rx = c.subscribe_evictions();
-    let gets_before = command_calls(&mut nodes[ver_node], "get").await?;
+    let hmgets_before = command_calls(&mut nodes[rep_node], "hmget").await?;
 
     const PAUSE_MS: u64 = 3000;
     let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(PAUSE_MS).arg("ALL").query_async(&mut nodes[rep_node]).await?;
@@ -287,14 +279,9 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
         let (c, key) = (c.clone(), key.clone());
         tokio::spawn(async move { c.get(&key).await })
     };
-    // The fill has read the version token once its GET reached the token's master.
-    while command_calls(&mut nodes[ver_node], "get").await? == gets_before {
-        anyhow::ensure!(paused_at.elapsed() < Duration::from_millis(PAUSE_MS), "the fill never read the version token");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // The writer moves on: version token to 6 (its replica write would wait for the pause), event.
-    let bump = redis::Script::new(&binval_protocol::fence::version_bump_script());
-    let _: i64 = bump.key(binval_protocol::version_key(&key)).arg(6).invoke_async(&mut w).await?;
+    // The fill's read is on its way (it waits in the paused node); the event of 6 overtakes it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    anyhow::ensure!(!fill.is_finished(), "the fill did not wait for the paused master");
     publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 6)).await?;
     let notice = wait_notice(&mut rx, &key, 6, WAIT).await?;
     let applied_after = paused_at.elapsed();
@@ -302,6 +289,8 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
     let got = fill.await??;
     let s = c.stats();
     println!("event applied {applied_after:?} into the {PAUSE_MS} ms pause; fill returned {got:?}; {s:?}");
+    let hmgets_after = command_calls(&mut nodes[rep_node], "hmget").await?;
+    assert!(hmgets_after > hmgets_before, "the fill read the paused master");
     if finished_early || applied_after >= Duration::from_millis(PAUSE_MS) {
         println!("machine too slow: the pause ended before the event was applied; race not exercised");
         c.shutdown().await;
@@ -311,6 +300,40 @@ async fn fill_paused_between_version_and_replica_read_is_not_cached() -> anyhow:
     assert_eq!(got.as_deref(), Some("old"), "the caller gets what the fill read");
     assert_eq!((s.fills, s.fills_refused), (1, 1), "{s:?}");
     assert_eq!(c.cached_version(&key), None, "a fill older than the applied event must not be cached");
+    c.shutdown().await;
+    Ok(())
+}
+
+/// A fill that reads a replica one change behind (the writer is between replicas: r1 holds
+/// version 6, r0 still 5) caches the exact older pair — (old value, 5), never the old value at
+/// 6 — and converges: the event of 6, published after every replica holds it, evicts it, and the
+/// next fill reads 6.
+#[tokio::test(flavor = "multi_thread")]
+async fn fill_of_a_replica_one_change_behind_converges() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 1).await?;
+    let key = format!("{}:1", binval_testkit::unique_name("behind"));
+    let mut r = redis_conn().await?;
+    write_standalone(&mut r, &key, 2, "v5", 5).await?;
+    // The writer of change 6 has written r1 only (no version token, no event yet).
+    let replica_script = redis::Script::new(&binval_protocol::fence::replica_write_script());
+    let _: i64 =
+        replica_script.key(binval_protocol::replica_key(&key, 1)).arg(6).arg(1).arg("set").arg("v6").arg(0).invoke_async(&mut r).await?;
+    // The app reads r0 only (replicas(1)): the lagging replica, deterministically.
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(1).build().await?;
+    let mut rx = c.subscribe_evictions();
+    assert_eq!(c.get(&key).await?.as_deref(), Some("v5"));
+    assert_eq!(c.cached_version(&key), Some(5), "cached at the replica's own position, not the newest");
+    assert_eq!(c.get(&key).await?.as_deref(), Some("v5"), "a hit until the change's event");
+    // The writer finishes change 6 (r0, the version token), then publishes its event.
+    write_standalone(&mut r, &key, 2, "v6", 6).await?;
+    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 6)).await?;
+    assert!(wait_notice(&mut rx, &key, 6, WAIT).await?.evicted, "the event of 6 evicts the entry at 5");
+    assert_eq!(c.get(&key).await?.as_deref(), Some("v6"));
+    assert_eq!(c.cached_version(&key), Some(6));
+    let s = c.stats();
+    assert_eq!((s.fills, s.fills_refused, s.evictions), (2, 0, 1), "{s:?}");
     c.shutdown().await;
     Ok(())
 }

@@ -48,6 +48,12 @@
 //! late, older write of the same key cannot resurrect the row: the tombstone's `p` refuses it.
 //! Readers treat a tombstone as "no row" (and do not fall back to another replica or a loader).
 //!
+//! Readers read `d`, `t` and `p` together (`HMGET K:rN d t p`, one call) and cache what they
+//! found *at `p`*: the record is written whole by one script, so the payload and the position
+//! belong to the same change, and the evict rule ([`crate::should_evict`]) works on the pair
+//! without the version token (which is one key on one master: reading it on every miss would
+//! make it the next hot key).
+//!
 //! # Writing one key
 //!
 //! 1. Read the version token. If it is already newer than the change's position, a newer
@@ -112,29 +118,65 @@ impl std::fmt::Display for FencePosition {
     }
 }
 
-/// What one replica read (`HMGET K:rN d t`) found.
+/// What one replica read (`HMGET K:rN d t p`) found, with the fence position of the write
+/// that made the record: a reader caches the pair (value, position), which is exact — the
+/// record is written whole by one script, so its `d` and `p` belong to the same change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplicaRecord {
-    /// The key does not exist (never written, expired, or wiped): try another replica.
-    Missing,
-    /// A tombstone: the row was deleted. Readers answer "no row".
-    Deleted,
-    /// The payload bytes.
-    Value(Vec<u8>),
+    /// No payload and no tombstone: the key does not exist (never written, expired, or wiped;
+    /// `position` is `None`), or it is an invalidate-mode record (`inv`: position only, the
+    /// row lives in the database; `position` is `Some`). Readers try another replica, then
+    /// their loader.
+    Missing {
+        /// The position of an invalidate-mode record, `None` when the key does not exist.
+        position: Option<u64>,
+    },
+    /// A tombstone: the row was deleted by the change at `position`. Readers answer "no row".
+    Deleted {
+        /// The fence position of the delete (0 if the record has none).
+        position: u64,
+    },
+    /// The payload bytes, written by the change at `position`.
+    Value {
+        /// The payload (field `d`).
+        data: Vec<u8>,
+        /// The fence position of the change (0 if the record has none: any event then evicts
+        /// a value cached at it, the safe side).
+        position: u64,
+    },
 }
 
 impl ReplicaRecord {
-    /// Interpret the reply of `HMGET K:rN d t` (fields in that order).
-    pub fn from_fields(data: Option<Vec<u8>>, tombstone: Option<Vec<u8>>) -> Self {
-        match (data, tombstone) {
-            (Some(d), _) => ReplicaRecord::Value(d),
-            (None, Some(_)) => ReplicaRecord::Deleted,
-            (None, None) => ReplicaRecord::Missing,
-        }
+    /// Interpret the reply of `HMGET K:rN d t p` (fields in that order). Errors when `p` is
+    /// present but not a decimal `u64` (the key was written by something other than binval);
+    /// the message names the value.
+    ///
+    /// ```
+    /// use binval_protocol::ReplicaRecord;
+    /// let r = ReplicaRecord::from_fields(Some(b"{}".to_vec()), None, Some(b"42".to_vec())).unwrap();
+    /// assert_eq!(r, ReplicaRecord::Value { data: b"{}".to_vec(), position: 42 });
+    /// ```
+    pub fn from_fields(data: Option<Vec<u8>>, tombstone: Option<Vec<u8>>, position: Option<Vec<u8>>) -> Result<Self, String> {
+        let position = match position {
+            None => None,
+            Some(p) => Some(
+                std::str::from_utf8(&p)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| format!("position (field `p`) is not a decimal integer: {:?}", String::from_utf8_lossy(&p)))?,
+            ),
+        };
+        Ok(match (data, tombstone) {
+            (Some(data), _) => ReplicaRecord::Value { data, position: position.unwrap_or(0) },
+            (None, Some(_)) => ReplicaRecord::Deleted { position: position.unwrap_or(0) },
+            (None, None) => ReplicaRecord::Missing { position },
+        })
     }
 }
 
-/// Parse a version token as read by `GET K:ver` (`None` = never written = version 0).
+/// Parse a version token as read by `GET K:ver` (`None` = never written = version 0). Writers,
+/// replay and operators read the token; the consumer's read path does not (it caches each
+/// replica's own position).
 ///
 /// Errors when the stored string is not a decimal `u64` (the key was written by something other
 /// than binval); the message names the value.
@@ -263,9 +305,13 @@ mod tests {
 
     #[test]
     fn replica_records_and_versions_parse() {
-        assert_eq!(ReplicaRecord::from_fields(None, None), ReplicaRecord::Missing);
-        assert_eq!(ReplicaRecord::from_fields(None, Some(b"1".to_vec())), ReplicaRecord::Deleted);
-        assert_eq!(ReplicaRecord::from_fields(Some(b"{}".to_vec()), None), ReplicaRecord::Value(b"{}".to_vec()));
+        let p = |s: &str| Some(s.as_bytes().to_vec());
+        assert_eq!(ReplicaRecord::from_fields(None, None, None), Ok(ReplicaRecord::Missing { position: None }));
+        assert_eq!(ReplicaRecord::from_fields(None, None, p("7")), Ok(ReplicaRecord::Missing { position: Some(7) }));
+        assert_eq!(ReplicaRecord::from_fields(None, p("1"), p("9")), Ok(ReplicaRecord::Deleted { position: 9 }));
+        assert_eq!(ReplicaRecord::from_fields(p("{}"), None, p("10")), Ok(ReplicaRecord::Value { data: b"{}".to_vec(), position: 10 }));
+        assert_eq!(ReplicaRecord::from_fields(p("{}"), None, None), Ok(ReplicaRecord::Value { data: b"{}".to_vec(), position: 0 }));
+        assert!(ReplicaRecord::from_fields(p("{}"), None, p("x")).unwrap_err().contains("\"x\""));
         assert_eq!(parse_version(None), Ok(0));
         assert_eq!(parse_version(Some(b"18446744073709551615")), Ok(u64::MAX));
         assert!(parse_version(Some(b"x")).unwrap_err().contains("\"x\""));

@@ -65,16 +65,69 @@ pub fn hash_slot(key: &[u8]) -> u16 {
     crc16_xmodem(k) % HASH_SLOTS
 }
 
-fn crc16_xmodem(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in data {
-        crc ^= (b as u16) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+/// The hash slots of replicas `0..n` of `key`, in order: `hash_slot(replica_key(key, i))` for
+/// each `i`, without building the replica keys. Replica keys share the prefix `K:r`, and CRC16
+/// runs byte by byte, so the prefix is hashed once and each replica adds only its index's
+/// digits (the consumer groups a key's replicas by master on every fill). A key with a hash
+/// tag keeps it in every replica key: one slot for all.
+///
+/// ```
+/// use binval_protocol::{hash_slot, replica_key, keys::replica_slots};
+/// let slots: Vec<u16> = replica_slots("item:detail:6666", 8).collect();
+/// assert_eq!(slots[5], hash_slot(replica_key("item:detail:6666", 5).as_bytes()));
+/// ```
+pub fn replica_slots(key: &str, n: u32) -> impl Iterator<Item = u16> + '_ {
+    let tagged = hash_tag(key.as_bytes()).map(hash_slot);
+    let prefix = crc16_update(crc16_update(0, key.as_bytes()), REPLICA_SEPARATOR.as_bytes());
+    (0..n).map(move |i| {
+        if let Some(slot) = tagged {
+            return slot;
         }
+        let mut digits = [0u8; 10];
+        let mut at = digits.len();
+        let mut v = i;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        crc16_update(prefix, &digits[at..]) % HASH_SLOTS
+    })
+}
+
+/// CRC16-XMODEM (polynomial 0x1021, initial value 0) one byte at a time through a 256-entry
+/// table built at compile time: the consumer computes the slot of each of a key's N replica
+/// keys on every fill, where the bit-by-bit loop (8 shifts per byte) showed.
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    crc16_update(0, data)
+}
+
+/// Continue a CRC16-XMODEM over `data`.
+fn crc16_update(mut crc: u16, data: &[u8]) -> u16 {
+    for &b in data {
+        crc = (crc << 8) ^ CRC16_TABLE[((crc >> 8) as u8 ^ b) as usize];
     }
     crc
 }
+
+const CRC16_TABLE: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            bit += 1;
+        }
+        table[i] = crc;
+        i += 1;
+    }
+    table
+};
 
 /// Why a key template is not usable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -259,6 +312,39 @@ impl std::fmt::Display for KeyTemplate {
 mod tests {
     use super::*;
     use std::borrow::Cow;
+
+    /// The table-driven CRC equals the bit-by-bit definition (and Redis's slots for keys whose
+    /// slots are documented).
+    #[test]
+    fn crc16_table_matches_the_bitwise_definition() {
+        fn bitwise(data: &[u8]) -> u16 {
+            let mut crc: u16 = 0;
+            for &b in data {
+                crc ^= (b as u16) << 8;
+                for _ in 0..8 {
+                    crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+                }
+            }
+            crc
+        }
+        for len in 0..64usize {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 + len * 11) as u8).collect();
+            assert_eq!(crc16_xmodem(&data), bitwise(&data), "{data:?}");
+        }
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        // `CLUSTER KEYSLOT foo` = 12182, `CLUSTER KEYSLOT bar` = 5061 (redis-cli).
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"bar"), 5061);
+    }
+
+    #[test]
+    fn replica_slots_equal_the_slots_of_the_replica_keys() {
+        for key in ["item:detail:6666", "", "a{b}c", "a{}c", "x{y", "{tag}:z", "t}{"] {
+            let fast: Vec<u16> = replica_slots(key, 120).collect();
+            let slow: Vec<u16> = (0..120).map(|i| hash_slot(replica_key(key, i).as_bytes())).collect();
+            assert_eq!(fast, slow, "{key:?}");
+        }
+    }
 
     #[test]
     fn parse_and_render() {

@@ -9,17 +9,21 @@
 //! * [`fence`]: version-fenced writes — the replica record (a hash with payload, fence
 //!   position, tombstone flag, fencing token), the version token's value (the fence position of
 //!   the newest change), and the Lua scripts that only ever move a key forward.
+//! * [`placement`]: which master holds each of a key's replicas, and the master-balanced
+//!   order in which a read tries them (used by the consumer and by `binval check`).
 //! * [`position`]: binlog coordinates as types (`FILE:POS`, MariaDB GTIDs), one parser and one
 //!   `Display` each.
 //! * [`version`]: the evict rule — an event with version `v` evicts a cached entry whose
 //!   version is lower than `v`.
 //!
-//! See `docs/design.md` ("Protocol between the parts") for why writes go replicas-then-version and
-//! reads go version-then-replica.
+//! See `docs/design.md` ("Protocol between the parts") for why writes go replicas-then-version,
+//! and why a read takes one replica with the position it was written at (no read touches the
+//! version token).
 
 pub mod event;
 pub mod fence;
 pub mod keys;
+pub mod placement;
 pub mod position;
 pub mod version;
 

@@ -2,7 +2,8 @@
 //!
 //! Tests of the service (`binval`) and of `binval-consumer` need a real
 //! MariaDB with a row-based binlog, a standalone Redis, a 3-master Redis
-//! Cluster and a Kafka-compatible broker (tansu). This crate starts them as
+//! Cluster (and, for reads from replica nodes, a [`ReplicatedCluster`] whose
+//! masters have replica nodes) and a Kafka-compatible broker (tansu). This crate starts them as
 //! plain child processes on free loopback ports; no Docker is involved.
 //!
 //! # Why shared, lazily started instances
@@ -66,11 +67,15 @@ mod broker;
 mod mariadb;
 mod proc;
 mod redis;
+mod redis_replicated;
+mod slots;
 mod util;
 
 pub use broker::{broker, Broker, OwnedBroker};
 pub use mariadb::{mariadb, MariaDb};
 pub use redis::{redis, redis_cluster, OwnedCluster, OwnedRedis, Redis, RedisCluster};
+pub use redis_replicated::ReplicatedCluster;
+pub use slots::SlotOwners;
 pub use util::unique_name;
 
 /// The per-process folder holding every instance's state and logs:

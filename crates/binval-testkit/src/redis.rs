@@ -110,11 +110,11 @@ pub fn redis_cluster() -> &'static RedisCluster {
     unwrap_started("Redis Cluster", C.get_or_init(|| start_cluster().map_err(|e| format!("{e:#}"))))
 }
 
-fn server_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn server_bin() -> anyhow::Result<PathBuf> {
     require_binary("Redis server", Some("BINVAL_REDIS_SERVER"), &["redis-server"], &[])
 }
 
-fn cli_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn cli_bin() -> anyhow::Result<PathBuf> {
     require_binary("Redis client", Some("BINVAL_REDIS_CLI"), &["redis-cli"], &[])
 }
 
@@ -166,7 +166,7 @@ fn start_node_with(bin: &Path, dir: &Path, port: u16, cluster: bool, persistent:
 }
 
 /// Start a node on a fresh free port, retrying on port clashes.
-fn start_node_retrying(bin: &Path, kind: &str, cluster: bool, taken: &[u16]) -> anyhow::Result<(u16, Proc)> {
+pub(crate) fn start_node_retrying(bin: &Path, kind: &str, cluster: bool, taken: &[u16]) -> anyhow::Result<(u16, Proc)> {
     let dir = new_state_dir(kind)?;
     let mut last = None;
     for _ in 0..3 {
@@ -282,6 +282,13 @@ fn start_cluster() -> anyhow::Result<RedisCluster> {
 
 /// `redis-cli --cluster create` over `ports` (no replicas), then wait for `cluster_state:ok`.
 fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
+    create_cluster(ports, 0)?;
+    wait_cluster_ok(ports)
+}
+
+/// `redis-cli --cluster create --cluster-replicas N` over `ports` (redis-cli makes masters and
+/// replica nodes of them); returns when the command did, not when the cluster is ready.
+pub(crate) fn create_cluster(ports: &[u16], replicas_per_master: usize) -> anyhow::Result<()> {
     let cli = cli_bin()?;
     let mut cmd = Command::new(&cli);
     cmd.arg("--cluster").arg("create");
@@ -289,18 +296,18 @@ fn form_cluster(ports: &[u16]) -> anyhow::Result<()> {
         cmd.arg(format!("127.0.0.1:{p}"));
     }
     let out = cmd
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas_per_master.to_string(), "--cluster-yes"])
         .output()
         .with_context(|| format!("running {} --cluster create", cli.display()))?;
     if !out.status.success() {
         bail!(
-            "redis-cli --cluster create failed ({}):\n{}\n{}",
+            "redis-cli --cluster create --cluster-replicas {replicas_per_master} failed ({}):\n{}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    wait_cluster_ok(ports)
+    Ok(())
 }
 
 fn wait_cluster_ok(ports: &[u16]) -> anyhow::Result<()> {

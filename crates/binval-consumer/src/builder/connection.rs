@@ -1,4 +1,4 @@
-//! Options of the connections: where the replicas and version tokens are read (Redis), where
+//! Options of the connections: where the suffix replicas are read (Redis), where
 //! the invalidation events come from (Kafka brokers and topic), and the bounds of every
 //! request on them. The internals are `redis_conn.rs` and `listener.rs`.
 
@@ -13,7 +13,7 @@ use crate::redis_conn::RedisTarget;
 /// [`ConsumerBuilder::redis_cluster`]), the [`ConsumerBuilder::brokers`] and the
 /// [`ConsumerBuilder::topic`] are required; the rest bounds each request and the shutdown.
 impl ConsumerBuilder {
-    /// Read replicas and version tokens from one standalone Redis server. Required (or
+    /// Read suffix replicas from one standalone Redis server. Required (or
     /// [`ConsumerBuilder::redis_cluster`]); the last call wins.
     ///
     /// ```no_run
@@ -25,7 +25,7 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Read replicas and version tokens from a Redis Cluster, given by seed node URLs (one is
+    /// Read suffix replicas from a Redis Cluster, given by seed node URLs (one is
     /// enough; the slot map is discovered). Required (or [`ConsumerBuilder::redis_standalone`]).
     ///
     /// ```no_run
@@ -92,9 +92,11 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Bound of each Redis read of a fill (version token, one replica). Default 200 ms. A read that
-    /// exceeds it fails with [`ConsumerError::Timeout`](crate::ConsumerError::Timeout); reads are
-    /// never retried.
+    /// Bound of each Redis read of a fill (one replica). Default 200 ms. A read that exceeds it
+    /// moves the fill to a replica on another master (within
+    /// [`ConsumerBuilder::max_replica_reads`]); when no read answered, the fill fails with
+    /// [`ConsumerError::Timeout`](crate::ConsumerError::Timeout). A read is never repeated on
+    /// the same master.
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -156,6 +158,41 @@ impl ConsumerBuilder {
     /// ```
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Let fills read suffix replicas from the **replica nodes** of a Redis Cluster's masters,
+    /// not only from the masters: each read goes to the replica's master or one of its
+    /// replica nodes, chosen uniformly (with 1 replica node per master, half the reads). The
+    /// connections send `READONLY`, which lets a replica node answer reads of its master's
+    /// slots (Redis Cluster specification, "Scaling reads using replica nodes"). Default off;
+    /// a [`ConsumerBuilder::redis_standalone`] target refuses it ([`ConsumerError::Config`]).
+    /// Metrics: `binval_consumer_redis_reads_total{command="replica_node"}` per master.
+    ///
+    /// **Staleness.** Redis replicates asynchronously: a replica node may answer with an older
+    /// record than its master holds, by its replication lag (`master_repl_offset` minus the
+    /// replica's offset; usually milliseconds). What a fill caches stays exact — the record
+    /// is written whole, so its payload and position `p` belong to the same change — and the
+    /// evict rule keeps working on that pair: a change newer than `p` has a higher version,
+    /// its event evicts the entry, and when the event was applied *before* the lagging read
+    /// landed the fill-race guard refuses it (for [`ConsumerBuilder::fill_guard_ttl`], default
+    /// 30 s). What the lag adds: (1) a fill may answer a value up to the lag older than the
+    /// masters hold; (2) a replica node more than `fill_guard_ttl` behind (a broken
+    /// replication link while `replica-serve-stale-data` is `yes`, Redis's default), or an
+    /// instance that started listening after the event of a change its replica node has not
+    /// received yet, can cache an old value that no further event evicts, until its TTL. Set
+    /// `replica-serve-stale-data no` on the replica nodes (they then refuse reads while their
+    /// link is down, and the fill moves to another master) and keep the TTL short where that
+    /// matters.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.redis_cluster(["redis://10.0.0.1:7000"]).read_from_replica_nodes(true);
+    /// ```
+    ///
+    /// [`ConsumerError::Config`]: crate::ConsumerError::Config
+    pub fn read_from_replica_nodes(mut self, on: bool) -> Self {
+        self.read_from_replica_nodes = on;
         self
     }
 }

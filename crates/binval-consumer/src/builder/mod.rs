@@ -51,11 +51,13 @@ use crate::{CacheMode, Consumer};
 /// - **connection**: [`redis_standalone`](Self::redis_standalone) /
 ///   [`redis_cluster`](Self::redis_cluster), [`brokers`](Self::brokers), [`topic`](Self::topic)
 ///   (required), [`kafka_property`](Self::kafka_property), the Redis and Kafka timeouts,
-///   [`group_id_prefix`](Self::group_id_prefix), [`shutdown_timeout`](Self::shutdown_timeout);
+///   [`group_id_prefix`](Self::group_id_prefix), [`shutdown_timeout`](Self::shutdown_timeout),
+///   [`read_from_replica_nodes`](Self::read_from_replica_nodes);
 /// - **read-through**: [`replicas`](Self::replicas),
 ///   [`replicas_for_prefix`](Self::replicas_for_prefix), [`cache_mode`](Self::cache_mode),
 ///   [`loader`](Self::loader), [`loader_timeout`](Self::loader_timeout),
-///   [`cache_loaded`](Self::cache_loaded);
+///   [`cache_loaded`](Self::cache_loaded), [`max_replica_reads`](Self::max_replica_reads),
+///   [`missing_ttl`](Self::missing_ttl);
 /// - **bounds and lifetimes** of the local cache: [`max_entries`](Self::max_entries),
 ///   [`max_bytes`](Self::max_bytes), [`ttl`](Self::ttl), [`ttl_jitter`](Self::ttl_jitter),
 ///   [`refresh_ahead`](Self::refresh_ahead), [`thread_front`](Self::thread_front);
@@ -102,6 +104,9 @@ pub struct ConsumerBuilder {
     loader: Option<LoaderFn>,
     loader_timeout: Duration,
     cache_loaded: bool,
+    max_replica_reads: u32,
+    missing_ttl: Duration,
+    read_from_replica_nodes: bool,
     hot_key_detection: bool,
     hot_key_window: Duration,
     hot_key_threshold: f64,
@@ -143,6 +148,9 @@ impl Default for ConsumerBuilder {
             loader: None,
             loader_timeout: Duration::from_secs(1),
             cache_loaded: true,
+            max_replica_reads: 2,
+            missing_ttl: Duration::from_secs(1),
+            read_from_replica_nodes: false,
             hot_key_detection: true,
             hot_key_window: Duration::from_secs(10),
             hot_key_threshold: 1000.0,
@@ -177,7 +185,9 @@ impl ConsumerBuilder {
     pub async fn build(self) -> Result<Consumer, ConsumerError> {
         self.validate()?;
         let redis_target = self.redis.clone().expect("validated");
-        let redis = RedisConn::connect(&redis_target, self.redis_response_timeout, self.redis_connection_timeout).await?;
+        let redis =
+            RedisConn::connect(&redis_target, self.redis_response_timeout, self.redis_connection_timeout, self.read_from_replica_nodes)
+                .await?;
 
         let mut prefix_replicas = self.prefix_replicas.clone();
         // Longest prefix first, so the first match is the longest.
@@ -201,6 +211,8 @@ impl ConsumerBuilder {
                 loader: self.loader.clone(),
                 loader_timeout: self.loader_timeout,
                 cache_loaded: self.cache_loaded,
+                max_replica_reads: self.max_replica_reads,
+                missing_ttl: Some(self.missing_ttl).filter(|t| !t.is_zero()),
                 thread_front: self.thread_front,
                 response_timeout: self.redis_response_timeout,
                 shutdown_timeout: self.shutdown_timeout,

@@ -63,21 +63,26 @@ impl ConsumerBuilder {
         self
     }
 
-    /// The last resort of a fill: when every suffix replica of a key is **missing** (not a
-    /// tombstone), call `loader(key)` — e.g. a query of the database — and use its answer:
-    /// `Ok(Some(payload))` is returned (and cached, see below), `Ok(None)` means no row,
-    /// `Err(e)` is [`ConsumerError::Loader`](crate::ConsumerError::Loader) with `e`'s text. Bounded by
-    /// [`ConsumerBuilder::loader_timeout`]; runs inside the key's single fill, after the miss
-    /// rate limit admitted it, so a hot key never stampedes the loader either.
+    /// The last resort of a fill: when every suffix replica the fill read is **missing** (not
+    /// a tombstone; at most [`ConsumerBuilder::max_replica_reads`] reads), call `loader(key)` —
+    /// e.g. a query of the database — and use its answer: `Ok(Some(payload))` is returned (and
+    /// cached, see below), `Ok(None)` means no row (cached like a missing key, for
+    /// [`ConsumerBuilder::missing_ttl`]), `Err(e)` is
+    /// [`ConsumerError::Loader`](crate::ConsumerError::Loader) with `e`'s text (nothing
+    /// cached). Bounded by [`ConsumerBuilder::loader_timeout`]; runs inside the key's single
+    /// fill, after the miss rate limit admitted it, so a hot key never stampedes the loader
+    /// either, and a cached `None` keeps a hot missing key away from it.
     ///
-    /// **Version of a loaded value.** It is cached under the version token read *before* the
-    /// replicas (as a replica value is). The loader runs after that read, so if it reads the
-    /// source of truth (the primary, or anything at least as fresh as binval's source), its
-    /// value is at least as new as that version: the pair is correct or "newer value, older
-    /// version", which the next event evicts, and a fill that raced an event is refused by the
-    /// fill-race guard like any other. A loader that reads a lagging copy (a read replica of
-    /// the database) could cache an older value under a newer version: then turn caching off
-    /// with [`ConsumerBuilder::cache_loaded`]`(false)`.
+    /// **Version of a loaded value.** It is cached at the newest position the missing replicas
+    /// carried — an invalidate-mode record (`mode = "invalidate"` in binval's mapping) holds
+    /// the position of the last change and no payload — or at 0 when the keys do not exist at
+    /// all. The loader runs after those reads, so if it reads the source of truth (the
+    /// primary, or anything at least as fresh as binval's source), its value is at least as new
+    /// as that position: the next change has a higher version and its event evicts the entry
+    /// (at 0 any event does), and a fill that raced an event is refused by the fill-race guard
+    /// like any other. A loader that reads a lagging copy (a read replica of the database)
+    /// could cache an older value under a newer position: then turn caching off with
+    /// [`ConsumerBuilder::cache_loaded`]`(false)`.
     ///
     /// ```no_run
     /// # let b = binval_consumer::Consumer::builder();
@@ -110,8 +115,9 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Whether values from the loader are cached locally (under the fill-race rules, see
-    /// [`ConsumerBuilder::loader`]). Default `true`.
+    /// Whether the loader's answers are cached locally (under the fill-race rules, see
+    /// [`ConsumerBuilder::loader`]): its values with the TTL, its `None` for
+    /// [`ConsumerBuilder::missing_ttl`]. Default `true`.
     ///
     /// ```no_run
     /// # let b = binval_consumer::Consumer::builder();
@@ -119,6 +125,54 @@ impl ConsumerBuilder {
     /// ```
     pub fn cache_loaded(mut self, cache: bool) -> Self {
         self.cache_loaded = cache;
+        self
+    }
+
+    /// How many suffix replicas one fill reads at most before it concludes that no replica
+    /// holds the key (then the loader, else `None`). Default **2**: the first replica, then
+    /// one on another master (or, on standalone Redis or when every replica is on one master,
+    /// another replica). At least 1; more than N reads every replica once.
+    ///
+    /// Why 2: a key whose row does not exist (never written, or its tombstone expired) is
+    /// missing from every replica, and a hot one (a deleted product still linked from a feed, a
+    /// crawler probing ids) must cost a bounded number of reads, not N. One read is not enough
+    /// to conclude it on a Cluster: a master that lost its data (restarted without
+    /// persistence, failed over to a replica node that lagged) misses its replicas until
+    /// `binval replay` restores them, and its share of fills would answer "no row" for rows
+    /// that exist. The second read on another master only misses as well when two masters
+    /// lost the key. `max_replica_reads(1)` halves the reads of a missing key for deployments
+    /// whose Redis keeps its data (AOF) or that set a loader.
+    ///
+    /// A read whose master does not answer in time (or cannot be reached) also moves on to
+    /// another master within this bound; it is never repeated on the same master.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_replica_reads(1); // one read per miss: Redis with AOF, or a loader set
+    /// ```
+    pub fn max_replica_reads(mut self, reads: u32) -> Self {
+        self.max_replica_reads = reads;
+        self
+    }
+
+    /// How long a key that no read replica holds is cached as "no row" (and a loader's
+    /// `None`). Default **1 s**; `Duration::ZERO` caches nothing. Must not exceed
+    /// [`ConsumerBuilder::ttl`].
+    ///
+    /// The entry is cached at position 0 (or at an invalidate-mode record's position), so the
+    /// next invalidation event of the key evicts it like any entry, and the fill-race guard
+    /// refuses it when an event overtook the fill. The short bound is for what no event
+    /// announces: a replica restored by an operator, a Redis that got its data back. A
+    /// tombstone is not affected: it is cached at its own position with the normal TTL, as a
+    /// value is (the delete is a change like any other, and the next one evicts it).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.missing_ttl(Duration::from_millis(500));
+    /// ```
+    pub fn missing_ttl(mut self, ttl: Duration) -> Self {
+        self.missing_ttl = ttl;
         self
     }
 }

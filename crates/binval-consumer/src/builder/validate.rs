@@ -14,9 +14,14 @@ impl ConsumerBuilder {
         self.prefix_replicas.iter().map(|(_, n)| *n).chain([self.replicas]).max().unwrap_or(1)
     }
 
-    /// Upper bound of one fill: the version token read, every replica read once, the loader.
+    /// Replica reads one fill makes at most.
+    fn reads_per_fill(&self) -> u32 {
+        self.max_replica_reads.min(self.max_replicas()).max(1)
+    }
+
+    /// Upper bound of one fill: its replica reads, the loader.
     fn longest_fill(&self) -> Duration {
-        let reads = self.redis_response_timeout * (1 + self.max_replicas());
+        let reads = self.redis_response_timeout * self.reads_per_fill();
         reads + if self.loader.is_some() { self.loader_timeout } else { Duration::ZERO }
     }
 
@@ -34,6 +39,12 @@ impl ConsumerBuilder {
         match &self.redis {
             None => return cfg("redis", "no Redis given: call .redis_standalone(url) or .redis_cluster(urls)"),
             Some(RedisTarget::Cluster(urls)) if urls.is_empty() => return cfg("redis_cluster", "at least one seed node URL is needed"),
+            Some(RedisTarget::Standalone(_)) if self.read_from_replica_nodes => {
+                return cfg(
+                    "read_from_replica_nodes",
+                    "reads from replica nodes need a Redis Cluster (.redis_cluster(urls)); a standalone server has none",
+                )
+            }
             _ => {}
         }
         if self.brokers.as_deref().is_none_or(|b| b.trim().is_empty()) {
@@ -44,6 +55,9 @@ impl ConsumerBuilder {
         }
         if self.replicas == 0 {
             return cfg("replicas", "must be at least 1");
+        }
+        if self.max_replica_reads == 0 {
+            return cfg("max_replica_reads", "must be at least 1 read");
         }
         if let Some((p, _)) = self.prefix_replicas.iter().find(|(_, n)| *n == 0) {
             return Err(ConsumerError::Config {
@@ -62,6 +76,16 @@ impl ConsumerBuilder {
         }
         if self.ttl.is_zero() {
             return cfg("ttl", "must be longer than 0 ms");
+        }
+        if self.missing_ttl > self.ttl {
+            return Err(ConsumerError::Config {
+                field: "missing_ttl",
+                reason: format!(
+                    "must not exceed ttl ({} ms), got {} ms (Duration::ZERO caches no missing key)",
+                    self.ttl.as_millis(),
+                    self.missing_ttl.as_millis()
+                ),
+            });
         }
         if !(0.0..1.0).contains(&self.ttl_jitter) {
             return Err(ConsumerError::Config {
@@ -137,9 +161,9 @@ impl ConsumerBuilder {
             return Err(ConsumerError::Config {
                 field: "fill_guard_ttl",
                 reason: format!(
-                    "must exceed the longest fill, {} ms (redis_response_timeout x (1 version token + {} replicas){})",
+                    "must exceed the longest fill, {} ms (redis_response_timeout x {} replica reads{})",
                     longest.as_millis(),
-                    self.max_replicas(),
+                    self.reads_per_fill(),
                     if self.loader.is_some() { " + loader_timeout" } else { "" }
                 ),
             });

@@ -167,6 +167,14 @@ pub async fn write_standalone(
     write_fenced(conn, key, replicas, payload, version).await
 }
 
+/// The master index of each hash slot of the cluster at `urls` (binval-testkit's
+/// [`binval_testkit::SlotOwners`] of the first node; `usize::MAX` for an uncovered slot).
+pub fn cluster_master_of(urls: &[String]) -> anyhow::Result<impl Fn(u16) -> usize> {
+    let port: u16 = urls[0].rsplit(':').next().and_then(|p| p.parse().ok()).context("port of the first URL")?;
+    let owners = binval_testkit::SlotOwners::read(port)?;
+    Ok(move |slot: u16| owners.master_of(slot))
+}
+
 pub async fn redis_conn() -> anyhow::Result<redis::aio::MultiplexedConnection> {
     let client = redis::Client::open(binval_testkit::redis().url())?;
     Ok(client.get_multiplexed_async_connection().await?)
