@@ -230,9 +230,10 @@ fn main() {
             replicas_with_consumer(&setup, &mut masters, params).await,
             consumer_uncached(&setup, &mut masters, params).await,
         ];
-        for (reads, what) in
-            [(2, "(e) hot missing key, Consumer defaults (2 reads max)"), (1, "(e1) hot missing key, max_replica_reads(1)")]
-        {
+        for (reads, what) in [
+            (2, "(e) hot missing key, Consumer defaults (2 reads for its first fill, then 1)"),
+            (1, "(e1) hot missing key, max_replica_reads(1)"),
+        ] {
             rows.push(consumer_absent(&setup, &mut masters, params, &missing, reads, what).await);
         }
         rows.push(consumer_absent(&setup, &mut masters, params, &deleted, 2, "(f) hot deleted key (tombstones), Consumer defaults").await);

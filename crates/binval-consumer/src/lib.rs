@@ -169,8 +169,10 @@
 //! A key whose row does not exist — a deleted product still linked from a feed after its
 //! tombstone expired, a crawler probing ids — is missing from every replica. A fill of it costs
 //! at most [`ConsumerBuilder::max_replica_reads`] reads (default 2: one, then one on another
-//! master; never 1 + N), and its "no row" is cached for [`ConsumerBuilder::missing_ttl`]: a
-//! hot missing key costs at most 2 reads per `missing_ttl` per instance. The entry is cached at
+//! master; never 1 + N), and its "no row" is cached for [`ConsumerBuilder::missing_ttl`].
+//! A key so confirmed missing is then re-read with one read per fill until an event of it
+//! arrives (or [`ConsumerBuilder::fill_guard_ttl`] passes): a hot missing key costs one read
+//! per `missing_ttl` per instance. The entry is cached at
 //! position 0 (any event of the key evicts it; the fill-race guard refuses it while a recent
 //! event of the key is remembered), or at the position of an invalidate-mode record (binval's
 //! `mode = "invalidate"` writes the position of each change and no payload). Why a second read

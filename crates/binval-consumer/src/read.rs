@@ -112,9 +112,18 @@ impl Consumer {
         let order = at.placement.read_order(rand::random());
         let mut position: Version = 0;
         let mut failed: Option<ConsumerError> = None;
-        for i in order.into_iter().take(inner.max_replica_reads as usize) {
+        // A key confirmed missing by a recent fill (every read replica missing, on at least two
+        // masters) and not written since is checked again with one read: a hot missing key
+        // costs one read per fill, and a master that lost its data still cannot make an
+        // existing row look missing (that needs a fill which asked two masters).
+        let confirmed = inner.shared.confirmed_missing.contains_key(key);
+        let bound = if confirmed { 1 } else { inner.max_replica_reads as usize };
+        let (mut reads, mut masters) = (0usize, std::collections::HashSet::new());
+        for i in order.into_iter().take(bound) {
             let rkey = replica_key(key, i);
             inner.shared.counters.redis_read();
+            reads += 1;
+            masters.insert(at.placement.master_of_replica(i));
             match inner.redis.replica(&rkey, &at, inner.response_timeout).await {
                 Ok(ReplicaRecord::Value { data, position }) => {
                     let text = String::from_utf8(data).map_err(|e| ConsumerError::Decode {
@@ -134,7 +143,13 @@ impl Consumer {
         }
         match failed {
             Some(e) => Err(e),
-            None => Ok(Found::Missing { position }),
+            None => {
+                // Asked two masters, or every master there is (standalone), or every replica.
+                if !confirmed && (masters.len() >= 2 || at.placement.masters() <= 1 || reads >= self.replicas_for(key) as usize) {
+                    inner.shared.confirmed_missing.insert(key.to_string(), ());
+                }
+                Ok(Found::Missing { position })
+            }
         }
     }
 

@@ -215,6 +215,10 @@ pub(crate) struct Shared {
     /// as long as the per-key guard (`guard_ttl`).
     prefix_guard: std::sync::RwLock<Vec<(String, Version, Instant)>>,
     guard_ttl: Duration,
+    /// Keys that every replica read of a fill found missing (at least two masters asked),
+    /// kept as long as the fill-race guard: their next fill reads one replica (see
+    /// [`crate::ConsumerBuilder::max_replica_reads`]). An event of the key removes it.
+    pub confirmed_missing: Cache<String, ()>,
     pub counters: Arc<Counters>,
     /// Read counter for hot-key detection (`None` when detection is off).
     pub hot: Option<HotKeys>,
@@ -291,6 +295,7 @@ impl Shared {
             guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
             prefix_guard: std::sync::RwLock::new(Vec::new()),
             guard_ttl: s.guard_ttl,
+            confirmed_missing: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
             counters,
             hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
@@ -486,6 +491,8 @@ impl Shared {
                 Some(e) if *e.value() >= v => Op::Nop,
                 _ => Op::Put(v),
             });
+            // The key was written: its next fill asks every master the bound allows again.
+            self.confirmed_missing.invalidate(*key);
             if let CompResult::Removed(e) = self.local.entry_by_ref(*key).and_compute_with(|cur| match cur {
                 Some(e) if should_evict(e.value().version, v) => Op::Remove,
                 _ => Op::Nop,

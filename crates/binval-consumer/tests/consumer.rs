@@ -298,7 +298,8 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
 
 /// 7. No replica exists (never written; the version token does not matter): `None` after at
 /// most two reads, cached as "no row" for `missing_ttl` (concurrent and later gets read nothing
-/// more); the key's next event evicts it; `missing_ttl(ZERO)` caches nothing.
+/// more), then one read per fill while it stays missing; the key's next event evicts it;
+/// `missing_ttl(ZERO)` caches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<()> {
     init_tracing();
@@ -345,6 +346,10 @@ async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<(
     assert_eq!(c.cached_version(&gone), Some(0));
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(c.cached_version(&gone), None, "missing_ttl bounds it");
+    // Confirmed missing by that fill (two reads), the key's next fill reads one replica.
+    let before = c.stats().redis_reads;
+    assert_eq!(c.get(&gone).await?, None);
+    assert_eq!(c.stats().redis_reads - before, 1, "a key confirmed missing costs one read per fill");
     c.shutdown().await;
 
     let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).missing_ttl(Duration::ZERO).build().await?;

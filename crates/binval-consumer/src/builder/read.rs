@@ -140,8 +140,12 @@ impl ConsumerBuilder {
     /// persistence, failed over to a replica node that lagged) misses its replicas until
     /// `binval replay` restores them, and its share of fills would answer "no row" for rows
     /// that exist. The second read on another master only misses as well when two masters
-    /// lost the key. `max_replica_reads(1)` halves the reads of a missing key for deployments
-    /// whose Redis keeps its data (AOF) or that set a loader.
+    /// lost the key. Once a fill has concluded "missing" that way, the key's next fills (while
+    /// no event of the key arrives, for [`ConsumerBuilder::fill_guard_ttl`]) read one replica:
+    /// a hot missing key costs **one read per fill** (per [`ConsumerBuilder::missing_ttl`] per
+    /// instance), and only the first fill of a newly missing key pays the second read.
+    /// `max_replica_reads(1)` makes every miss one read, for deployments whose Redis keeps its
+    /// data (AOF) or that set a loader.
     ///
     /// A read whose master does not answer in time (or cannot be reached) also moves on to
     /// another master within this bound; it is never repeated on the same master.
