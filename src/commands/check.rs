@@ -17,7 +17,17 @@ use crate::security;
 /// error for mapping problems, [`DefiniteError::MissingPrivileges`] for missing grants).
 pub async fn check(cfg: Config) -> Result<(), Error> {
     let mut conn = crate::binlog::server::connect(&cfg.source).await?;
-    let info = crate::binlog::server::preflight(&mut conn).await?;
+    let info = match crate::binlog::server::preflight(&mut conn).await {
+        Ok(info) => info,
+        // Refused for want of a privilege (SHOW MASTER STATUS): list every missing one.
+        Err(e @ Error::Definite(DefiniteError::SourceRefused(_))) => {
+            use mysql_async::prelude::Queryable;
+            let version: Option<String> = conn.query_first("SELECT @@version").await.unwrap_or(None);
+            check_grants(&mut conn, &cfg, version.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb"))).await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
     let tls = security::mysql::session_tls(&mut conn).await?;
     println!("source tls: {}", describe(tls.map(|(v, c)| (v, c, "the connection itself")), cfg.source.tls.effective_mode()));

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use binval_security::FieldError;
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
@@ -40,25 +41,52 @@ pub fn typed_properties(cfg: &KafkaConfig) -> Result<Vec<binval_security::kafka:
 }
 
 /// A librdkafka client context that logs each global error (as librdkafka's default does) and
-/// keeps the last one for [`SecurityContext::explain`]. Clones share what they keep.
+/// keeps the last one (but "all brokers down", which only follows another) for
+/// [`SecurityContext::explain`]. Clones share what they keep.
 #[derive(Clone, Default)]
 pub struct SecurityContext {
     last: Arc<Mutex<Option<(Option<RDKafkaErrorCode>, String)>>>,
 }
 
 impl ClientContext for SecurityContext {
+    /// librdkafka's log lines, as its default context logs them; a connection failure (`FAIL`)
+    /// is also kept: some (a plaintext client at a TLS listener) reach no error callback.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use RDKafkaLogLevel::*;
+        match level {
+            Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+            Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+            Notice | Info => tracing::info!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+            Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+        }
+        if fac == "FAIL" {
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((None, log_message.to_string()));
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", error = %error, "librdkafka: {reason}");
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((error.rdkafka_error_code(), format!("{error}: {reason}")));
+        let code = error.rdkafka_error_code();
+        // "n/m brokers are down" follows every failure and says nothing of its cause: keep
+        // the error before it.
+        if code != Some(RDKafkaErrorCode::AllBrokersDown) {
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((code, format!("{error}: {reason}")));
+        }
     }
 }
 
 impl ConsumerContext for SecurityContext {}
 
 impl SecurityContext {
-    /// The last error librdkafka reported, as text.
+    /// The last error librdkafka reported, as text, with a hint when it is a connection the
+    /// broker closed before answering (a listener that expects TLS or SASL).
     pub fn last_error(&self) -> Option<String> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, t)| t.clone())
+        let text = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(_, t)| t.clone())?;
+        Some(if text.contains("state APIVERSION_QUERY") {
+            format!("{text}; the broker closed the connection before answering: does its listener expect TLS or SASL ([kafka.tls], [kafka.sasl])?")
+        } else {
+            text
+        })
     }
 
     /// When the last reported error is a TLS or SASL failure retrying cannot fix: the setting
@@ -75,10 +103,13 @@ pub fn explain(code: Option<RDKafkaErrorCode>, text: &str, cfg: &KafkaConfig) ->
         || code == Some(RDKafkaErrorCode::SaslAuthenticationFailed)
         || text.contains("SASL authentication")
     {
-        let field = if cfg.sasl.is_some() { "kafka.sasl" } else { "kafka.sasl (not set)" };
+        let (field, who) = match &cfg.sasl {
+            Some(s) => ("kafka.sasl", format!(" ({} as {})", s.mechanism.as_str(), s.username)),
+            None => ("kafka.sasl (not set)", String::new()),
+        };
         return Some(FieldError::new(
             field,
-            format!("the broker refused binval's SASL authentication: check the mechanism, user and password ({text})"),
+            format!("the broker refused binval's SASL authentication{who}: check the mechanism, user and password ({text})"),
         ));
     }
     if code == Some(RDKafkaErrorCode::SSL) || text.contains("SSL") {

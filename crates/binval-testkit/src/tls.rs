@@ -62,15 +62,19 @@ fn make_certs() -> anyhow::Result<TestCerts> {
     };
     let (ca_params, ca_key, ca_pem) = ca("binval test CA")?;
     let issuer = Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| -> anyhow::Result<(String, String)> {
+    let leaf = |names: Vec<String>, cn: &str, usages: Vec<ExtendedKeyUsagePurpose>| -> anyhow::Result<(String, String)> {
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::new(names)?;
         p.distinguished_name.push(DnType::CommonName, cn);
-        p.extended_key_usages = vec![usage];
+        p.extended_key_usages = usages;
         Ok((p.signed_by(&key, &issuer)?.pem(), key.serialize_pem()))
     };
-    let (server_pem, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()], "localhost", ExtendedKeyUsagePurpose::ServerAuth)?;
-    let (client_pem, client_key) = leaf(vec!["binval-test-client".into()], "binval-test-client", ExtendedKeyUsagePurpose::ClientAuth)?;
+    // Redis Cluster nodes present their server certificate as client certificate on the TLS
+    // cluster bus: the server certificate serves both purposes.
+    let both = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+    let (server_pem, server_key) = leaf(vec!["localhost".into(), "127.0.0.1".into()], "localhost", both)?;
+    let (client_pem, client_key) =
+        leaf(vec!["binval-test-client".into()], "binval-test-client", vec![ExtendedKeyUsagePurpose::ClientAuth])?;
     let (_, _, other_pem) = ca("some other CA")?;
     Ok(TestCerts {
         ca: write("ca.pem", ca_pem)?,
@@ -173,21 +177,36 @@ pub fn redis_tls_cluster() -> &'static TlsRedis {
 fn redis_cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
     let c = test_certs();
     let cli = require_binary("Redis client", Some("BINVAL_REDIS_CLI"), &["redis-cli"], &[])?;
-    let out = Command::new(&cli)
-        .args(["--tls", "--cacert"])
+    let mut cmd = Command::new(&cli);
+    cmd.args(["--tls", "--cacert"])
         .arg(&c.ca)
         .arg("--cert")
         .arg(&c.client_cert)
         .arg("--key")
         .arg(&c.client_key)
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-a", REDIS_ADMIN_PASSWORD, "--no-auth-warning"])
-        .args(args)
-        .output()
-        .with_context(|| format!("running {}", cli.display()))?;
+        .args(args);
+    let out = output_within(cmd, Duration::from_secs(30)).with_context(|| format!("running {} {args:?}", cli.display()))?;
     if !out.status.success() {
         bail!("redis-cli {args:?} on port {port} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Run `cmd` to its end, killing it after `limit` (an error then).
+fn output_within(mut cmd: Command, limit: Duration) -> anyhow::Result<std::process::Output> {
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let deadline = Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output()?;
+            bail!("no end within {limit:?}; output: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    Ok(child.wait_with_output()?)
 }
 
 fn start_tls_redis(cluster: bool) -> anyhow::Result<TlsRedis> {
@@ -271,9 +290,10 @@ pub struct BrokerSecurity {
     pub tls: bool,
     /// The front requires a client certificate of the test CA.
     pub client_auth: bool,
-    /// SASL required (`tansu broker --authentication`: SCRAM-SHA-256/512 against users in its
-    /// storage, PLAIN with any password: tansu 0.6 does not check PLAIN passwords, and cannot
-    /// create SCRAM users once authentication is on).
+    /// SASL required (`tansu broker --authentication`). tansu 0.6 offers SCRAM-SHA-256/512 and
+    /// OAUTHBEARER (not PLAIN) and checks SCRAM against users in its storage, but its `tansu
+    /// user create` must itself authenticate once authentication is on, and the storage is in
+    /// memory: no user can exist, so every SASL exchange is refused (what the tests use).
     pub sasl: bool,
 }
 
