@@ -222,7 +222,7 @@ async fn redis_over_tls_with_acl_users_standalone_and_cluster() {
         consumer.shutdown().await;
         running.stop().await;
 
-        let e = builder(&certs.other_ca).build().await.err().expect("a wrong CA fails the build");
+        let Err(e) = builder(&certs.other_ca).build().await else { panic!("{kind}: a wrong CA fails the build") };
         assert!(matches!(&e, ConsumerError::Config { field: "redis_tls", .. }), "{kind}: {e}");
         assert!(e.to_string().contains("redis_tls.ca_file") && !e.to_string().contains(PW), "{kind}: {e}");
     }

@@ -40,12 +40,15 @@ pub fn typed_properties(cfg: &KafkaConfig) -> Result<Vec<binval_security::kafka:
         .map_err(|f| Error::config(f.field, f.reason))
 }
 
+/// A reported error: its code (`None` for a log line) and text.
+type BrokerError = (Option<RDKafkaErrorCode>, String);
+
 /// A librdkafka client context that logs each global error (as librdkafka's default does) and
 /// keeps the last one (but "all brokers down", which only follows another) for
 /// [`SecurityContext::explain`]. Clones share what they keep.
 #[derive(Clone, Default)]
 pub struct SecurityContext {
-    last: Arc<Mutex<Option<(Option<RDKafkaErrorCode>, String)>>>,
+    last: Arc<Mutex<Option<BrokerError>>>,
 }
 
 impl ClientContext for SecurityContext {

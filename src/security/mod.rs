@@ -46,11 +46,18 @@ mod tests {
 
     #[test]
     fn security_settings_are_checked_and_name_the_field() {
-        let with = |section: &str, extra: &str| crate::config::Config::from_toml(&OK.replace(section, &format!("{section}\n{extra}")));
+        // Keys go under the section's header, sub-tables at the end.
+        let with = |section: &str, extra: &str| {
+            let text = if extra.starts_with('[') { format!("{OK}{extra}\n") } else { OK.replace(section, &format!("{section}\n{extra}")) };
+            crate::config::Config::from_toml(&text)
+        };
         let c = with("[kafka]", "[kafka.tls]\nca_file = \"/not/read/at/load.pem\"\n[kafka.sasl]\nmechanism = \"SCRAM-SHA-512\"\nusername = \"b\"\npassword_file = \"/x\"").unwrap();
         assert_eq!(c.kafka.tls.effective_mode(), binval_security::TlsMode::VerifyIdentity);
+        let e = crate::config::Config::from_toml(&OK.replace("binval@", "binval:pw@").replace("[source]", "[source]\npassword = \"p\""))
+            .unwrap_err();
+        assert!(e.to_string().contains("source.url") && !e.to_string().contains(":pw@"), "{e}");
         for (section, extra, field) in [
-            ("[source]", "password = \"p\"", "source.url"),
+            ("[source]", "password = \"p\"\npassword_file = \"/p\"", "source.password_file"),
             ("[source]", "[source.tls]\nmode = \"sometimes\"", "mode"),
             ("[source]", "[source.tls]\nclient_cert_file = \"/c.pem\"", "source.tls.client_key_file"),
             ("[redis]", "username = \"u\"", "redis.password"),

@@ -74,6 +74,9 @@ impl std::str::FromStr for TlsMode {
     }
 }
 
+/// A client certificate (chain) and its key, PEM bytes.
+pub type PemPair = (Vec<u8>, Vec<u8>);
+
 /// A setting that cannot be used: `field` is the full name (`redis.tls.ca_file`, or a builder
 /// option), `reason` says why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,7 +177,7 @@ impl TlsSettings {
     }
 
     /// The client certificate and key bytes (PEM), if set.
-    pub fn client_identity_pem(&self, section: &str) -> Result<Option<(Vec<u8>, Vec<u8>)>, FieldError> {
+    pub fn client_identity_pem(&self, section: &str) -> Result<Option<PemPair>, FieldError> {
         let cert = read_file(self.client_cert_file.as_deref(), &format!("{section}.client_cert_file"))?;
         let key = read_file(self.client_key_file.as_deref(), &format!("{section}.client_key_file"))?;
         Ok(cert.zip(key))

@@ -194,7 +194,8 @@ impl ConsumerBuilder {
         // Longest prefix first, so the first match is the longest.
         prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
 
-        let (consumer, known, confirmed_at, settings) = listener::start_assigned(self.listener_settings()?).await?;
+        let (consumer, known, confirmed_at, settings) =
+            listener::start_assigned(self.listener_settings()?).await.map_err(|e| self.explain_kafka_failure(e))?;
 
         let shared = Arc::new(Shared::new(self.shared_settings()));
         let stop = Arc::new(AtomicBool::new(false));

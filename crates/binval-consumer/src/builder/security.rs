@@ -91,6 +91,18 @@ impl ConsumerBuilder {
         Ok(typed.into_iter().map(|(k, _, v)| (k.to_string(), v)).collect())
     }
 
+    /// A Kafka failure of `build()` with TLS or SASL in use, said so: librdkafka reports a
+    /// refused handshake or authentication only in its log, the request itself just times out.
+    pub(super) fn explain_kafka_failure(&self, e: ConsumerError) -> ConsumerError {
+        match e {
+            ConsumerError::Kafka { op, source } if self.kafka_tls.effective_mode().encrypted() || self.kafka_sasl.is_some() => ConsumerError::Kafka {
+                op: format!("{op} (with kafka_tls / kafka_sasl: a CA that did not sign the broker's certificate, a refused client certificate or refused credentials show here as this failure; librdkafka's log names the cause)"),
+                source,
+            },
+            e => e,
+        }
+    }
+
     /// TLS files readable, schemes and modes that agree, typed Kafka settings without raw
     /// duplicates.
     pub(super) fn validate_security(&self) -> Result<(), ConsumerError> {
