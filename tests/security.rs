@@ -95,6 +95,23 @@ async fn mariadb_over_tls_with_require_ssl_user() {
     assert!(out.contains("source tls: TLSv1.") && out.contains("certificate verified against the CA and the server name"), "{out}");
     assert!(out.contains("source grants:") && out.contains("has what run and replay need"), "{out}");
 
+    // Mutual TLS: a REQUIRE X509 user gets in with the client certificate only.
+    let x509 = tk::unique_name("x");
+    tk::sql_via_socket(
+        db,
+        &format!(
+            "CREATE USER '{x509}'@'%' IDENTIFIED BY '{PW}' REQUIRE X509; \
+             GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{x509}'@'%'; GRANT SELECT ON {name}.items TO '{x509}'@'%';"
+        ),
+    )
+    .unwrap();
+    let ca_only = format!("mode = \"verify-identity\"\nca_file = \"{}\"", pem(&certs.ca));
+    let mtls = format!("{ca_only}\nclient_cert_file = \"{}\"\nclient_key_file = \"{}\"", pem(&certs.client_cert), pem(&certs.client_key));
+    let (code, out) = run_to_end(&["check"], &write_file("c.toml", &on_tls_mariadb(&base, &x509, &pw_file, &mtls)), &[]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run_to_end(&["check"], &write_file("c.toml", &on_tls_mariadb(&base, &x509, &pw_file, &ca_only)), &[]);
+    assert_ne!(code, 0, "a REQUIRE X509 user without a client certificate is refused: {out}");
+
     // Plaintext is refused, with a clear error saying what to set.
     let plain = on_tls_mariadb(&base, &user, &pw_file, "mode = \"disabled\"");
     let (code, out) = run_to_end(&["check"], &write_file("c.toml", &plain), &[]);

@@ -4,8 +4,9 @@
 //! file: `connection.rs` (Redis, Kafka, timeouts), `read.rs` (replicas, cache mode, loader),
 //! `bounds.rs` (local cache bounds and lifetimes), `limits.rs` (miss rate limits and stale
 //! fallback), `fail_safe.rs` (fill-race guard, lag bound, listener), `hot_keys.rs` (hot-key
-//! detection). `validate.rs` checks the settings; this file holds the struct, its defaults and
-//! `build()`, which turns the settings into the internals' own settings types.
+//! detection), `security.rs` (TLS, users and passwords). `validate.rs` checks the settings;
+//! this file holds the struct, its defaults and `build()`, which turns the settings into the
+//! internals' own settings types.
 
 mod bounds;
 mod connection;
@@ -67,6 +68,8 @@ use crate::{CacheMode, Consumer};
 ///   [`fill_guard_ttl`](Self::fill_guard_ttl), [`max_staleness`](Self::max_staleness),
 ///   [`metadata_refresh`](Self::metadata_refresh),
 ///   [`eviction_channel_capacity`](Self::eviction_channel_capacity);
+/// - **security**: [`redis_tls`](Self::redis_tls), [`redis_user`](Self::redis_user),
+///   [`kafka_tls`](Self::kafka_tls), [`kafka_sasl`](Self::kafka_sasl);
 /// - **hot keys**: [`hot_key_detection`](Self::hot_key_detection),
 ///   [`hot_key_window`](Self::hot_key_window), [`hot_key_threshold`](Self::hot_key_threshold),
 ///   [`hot_key_capacity`](Self::hot_key_capacity),
