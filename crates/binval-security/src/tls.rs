@@ -190,13 +190,16 @@ impl TlsSettings {
 pub fn explain_tls_failure(text: &str, section: &str) -> Option<FieldError> {
     let f = |n: &str| format!("{section}.{n}");
     let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
-    if has(&["NotValidForName", "Hostname verification failed", "hostname mismatch", "does not match"]) {
+    let about_certificate = text.contains("certificate");
+    if has(&["NotValidForName", "Hostname verification failed", "hostname mismatch"])
+        || (about_certificate && text.contains("does not match"))
+    {
         return Some(FieldError::new(
             f("mode"),
             format!("the server's certificate does not name the host connected to: connect by a name the certificate holds, or set {section}.server_name (MySQL) or mode = \"verify-ca\" ({text})"),
         ));
     }
-    if has(&["Expired", "NotValidYet", "certificate has expired", "not yet valid"]) {
+    if about_certificate && has(&["Expired", "NotValidYet", "has expired", "not yet valid"]) {
         return Some(FieldError::new(f("ca_file"), format!("the server's certificate is outside its validity period ({text})")));
     }
     if has(&[
