@@ -71,6 +71,8 @@ cmd_install() {
   # C toolchain for crates with native parts (rdkafka, tansu's dependencies).
   { find_bin cc >/dev/null && find_bin make >/dev/null; } || pkgs+=(build-essential)
   find_bin pkg-config >/dev/null || pkgs+=(pkg-config)
+  # OpenSSL headers: librdkafka is built with SSL (Kafka TLS and SASL SCRAM, issue #13).
+  { [[ -f /usr/include/openssl/ssl.h ]] || pkg-config --exists openssl 2>/dev/null; } || pkgs+=(libssl-dev)
   find_bin perl >/dev/null || pkgs+=(perl)
   find_bin curl >/dev/null || pkgs+=(curl)  # the demo queries the product_api example
   if ((${#pkgs[@]})); then

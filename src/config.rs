@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use binval_protocol::KeyTemplate;
+use binval_security::{Secret, TlsSettings};
 use serde::Deserialize;
 
 pub use crate::start_point::{StartForms, StartPoint};
@@ -200,6 +201,18 @@ pub struct SourceConfig {
     /// folder (`TMPDIR`, else `/tmp`).
     #[serde(default)]
     pub spill_dir: Option<PathBuf>,
+    /// Password of the URL's user, instead of writing it into `url` (which then has none).
+    /// Best from the environment: `BINVAL__SOURCE__PASSWORD`. Never printed.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding that password (e.g. a Kubernetes Secret mounted as a file), read at every
+    /// connect, so a rotated password is used from the next reconnect on. Without its
+    /// trailing line break.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// `[source.tls]`: TLS of every connection to the source (`crate::security::mysql`).
+    #[serde(default)]
+    pub tls: TlsSettings,
 }
 
 /// How the fence position of a transaction is derived.
@@ -242,6 +255,19 @@ pub struct RedisConfig {
     /// of the key; after it expires the replica is simply missing). Default 86400000 (24 h).
     #[serde(default = "default_tombstone_ttl_ms")]
     pub tombstone_ttl_ms: u64,
+    /// ACL user (Redis 6+ `AUTH username password`); unset = the `default` user.
+    #[serde(default)]
+    pub username: Option<String>,
+    /// The user's password, instead of writing it into the URLs. Best from the environment:
+    /// `BINVAL__REDIS__PASSWORD`. Never printed.
+    #[serde(default)]
+    pub password: Option<Secret>,
+    /// File holding that password, read at every connect.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// `[redis.tls]`: TLS settings for `rediss://` URLs (`crate::security::redis`).
+    #[serde(default)]
+    pub tls: TlsSettings,
 }
 
 /// `[kafka]`.
@@ -264,9 +290,16 @@ pub struct KafkaConfig {
     #[serde(default = "default_replication_factor")]
     pub replication_factor: i32,
     /// Extra librdkafka producer settings, e.g. `"linger.ms" = "5"`. binval always sets
-    /// `enable.idempotence=true` and `acks=all`.
+    /// `enable.idempotence=true` and `acks=all`. A property that `[kafka.tls]` or
+    /// `[kafka.sasl]` also sets is refused, naming both.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// `[kafka.tls]`: SSL to the brokers (`crate::security::kafka`).
+    #[serde(default)]
+    pub tls: TlsSettings,
+    /// `[kafka.sasl]`: SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+    #[serde(default)]
+    pub sasl: Option<binval_security::SaslSettings>,
 }
 
 /// Where the checkpoint lives.
@@ -512,7 +545,7 @@ impl Config {
         }
         for (i, u) in self.redis.urls.iter().enumerate() {
             if !(u.starts_with("redis://") || u.starts_with("rediss://")) {
-                return Err(bad(format!("redis.urls[{i}]"), format!("`{u}` must start with redis:// or rediss://")));
+                return Err(bad(format!("redis.urls[{i}]"), format!("`{}` must start with redis:// or rediss://", redact(u))));
             }
         }
         if self.redis.mode == RedisMode::Standalone && self.redis.urls.len() != 1 {
@@ -551,6 +584,7 @@ impl Config {
                 return Err(bad("metrics.listen".into(), format!("`{l}` is not an ip:port socket address")));
             }
         }
+        self.validate_security().map_err(|e| bad(e.field, e.reason))?;
         let mut seen = std::collections::HashSet::new();
         for (i, m) in self.mappings.iter().enumerate() {
             let f = |name: &str| format!("mappings[{i}].{name}");
@@ -581,6 +615,16 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The security settings (`binval_security::checks`; files are read when binval connects).
+    fn validate_security(&self) -> Result<(), binval_security::FieldError> {
+        let (s, r, k) = (&self.source, &self.redis, &self.kafka);
+        binval_security::checks::source(&s.url, s.password.as_ref(), s.password_file.as_deref(), &s.tls)?;
+        binval_security::checks::redis(&r.urls, r.username.as_deref(), r.password.as_ref(), r.password_file.as_deref(), &r.tls)?;
+        binval_security::checks::kafka(&k.tls, k.sasl.as_ref(), k.properties.keys().map(String::as_str))
+    }
+}
+
 /// `schema.table` with plain identifiers (the heartbeat table is written in SQL by binval, so
 /// its name must need no quoting).
 fn is_schema_table(t: &str) -> bool {
@@ -588,15 +632,10 @@ fn is_schema_table(t: &str) -> bool {
     matches!(t.split_once('.'), Some((s, n)) if ok(s) && ok(n))
 }
 
-/// Hide the password of a `scheme://user:password@host` URL for logs and errors.
+/// Hide the password of a `scheme://user:password@host` URL for logs and errors
+/// ([`binval_security::redact_url`]).
 pub fn redact(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((cred, host)) = rest.rsplit_once('@') {
-            let user = cred.split(':').next().unwrap_or("");
-            return format!("{scheme}://{user}:***@{host}");
-        }
-    }
-    url.to_string()
+    binval_security::redact_url(url)
 }
 
 #[cfg(test)]
@@ -611,7 +650,7 @@ mod tests {
 
     #[test]
     fn shipped_configs_load_and_validate() {
-        for f in ["config/binval.example.toml", "config/demo.toml", "config/docker.toml"] {
+        for f in ["config/binval.example.toml", "config/demo.toml", "config/docker.toml", "config/tls.example.toml"] {
             let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(f);
             let c = Config::load(&p).unwrap_or_else(|e| panic!("{f}: {e}"));
             assert_eq!(c.source.lease_ms, 5000, "{f}");
@@ -695,10 +734,17 @@ replicas = 8
             std::env::set_var("BINVAL__SOURCE__SERVER_ID", "4001");
             std::env::set_var("BINVAL__REDIS__MODE", "cluster");
             std::env::set_var("BINVAL__REDIS__URLS", "redis://a:1,redis://b:2");
+            std::env::set_var("BINVAL__REDIS__PASSWORD", "123");
         }
         let c = Config::load(&p);
         unsafe {
-            for k in ["BINVAL__SOURCE__NAME", "BINVAL__SOURCE__SERVER_ID", "BINVAL__REDIS__MODE", "BINVAL__REDIS__URLS"] {
+            for k in [
+                "BINVAL__SOURCE__NAME",
+                "BINVAL__SOURCE__SERVER_ID",
+                "BINVAL__REDIS__MODE",
+                "BINVAL__REDIS__URLS",
+                "BINVAL__REDIS__PASSWORD",
+            ] {
                 std::env::remove_var(k);
             }
         }
@@ -706,6 +752,12 @@ replicas = 8
         assert_eq!(c.source.name, "007");
         assert_eq!(c.source.server_id, 4001);
         assert_eq!(c.redis.urls, vec!["redis://a:1".to_string(), "redis://b:2".into()]);
+        assert_eq!(
+            c.redis.password.as_ref().map(binval_security::Secret::expose),
+            Some("123"),
+            "a password from the environment stays text"
+        );
+        assert_eq!(format!("{:?}", c.redis.password), "Some(***)");
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -69,6 +69,10 @@ pub enum DefiniteError {
     /// The source rejected binval's request for another definite reason (access denied, bad server_id...).
     #[error("source refused replication: {0}")]
     SourceRefused(String),
+    /// The source account lacks privileges a command needs (`binval check`, see
+    /// `security::grants`): each one with the statement that grants it.
+    #[error("the source account {account} lacks privileges binval needs: {missing}")]
+    MissingPrivileges { account: String, missing: String },
     /// Redis refused a write for a reason retrying cannot fix (wrong type, OOM with noeviction, ...).
     #[error("redis refused a write of key {key}: {message}")]
     RedisRefused { key: String, message: String },

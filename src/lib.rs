@@ -23,12 +23,13 @@
 //! | - | [`commands`] | the `binval` subcommands: run, check (with the replica placement report, [`commands::placement`]), replay, republish, decode, status |
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
-//! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
+//! [`error`], [`security`] (TLS, authentication and secrets of the three connections; least
+//! privilege), [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
 //! listener with `/healthz` and `/readyz`) and [`failpoint`].
 //!
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
-//! `failpoint` and `binlog::decode` import nothing of binval's; `error`, `redis_conn` and
-//! `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
+//! `failpoint` and `binlog::decode` import nothing of binval's; `error`, then `security`, then
+//! `redis_conn` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
 //! `monitor` <- `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
 //! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
@@ -83,6 +84,7 @@ pub mod mapping;
 pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod security;
 pub mod start_point;
 pub mod telemetry;
 pub mod write;

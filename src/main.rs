@@ -127,6 +127,7 @@ fn main() -> ExitCode {
         None => cfg.log.format.as_deref() == Some("json"),
     };
     binval::telemetry::init(json, cfg.log.level.as_deref().unwrap_or("info"));
+    binval_security::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(async move {
         match cli.command {

@@ -8,7 +8,7 @@
 //! * Standalone: a reconnecting [`ConnectionManager`] (response and connection timeouts of
 //!   `redis.timeout_ms`, two retries).
 //! * Cluster: a slot-routed multiplexed [`ClusterConnection`]; commands are routed by their
-//!   first key. `SCAN` is per node, so [`RedisConn::scan_match`] opens a plain connection to
+//!   first key. `SCAN` is per node, so [`RedisConn::scan_match`] opens a connection to
 //!   every master found with `CLUSTER SLOTS`.
 //!
 //! Batches ([`RedisConn::run_batch`]): the write stage sends thousands of single-key commands
@@ -23,8 +23,10 @@
 //! commands again one by one through the cluster client, which follows `MOVED`/`ASK` itself:
 //! binval's writes are fenced, so sending a command twice is harmless.
 //!
-//! Connection failures are transient; a `redis.mode` that does not match the server is a
-//! definite configuration error naming `redis.mode`.
+//! Connection failures are transient, except TLS and authentication failures, which name the
+//! setting ([`crate::security::redis`]); a `redis.mode` that does not match the server is a
+//! definite configuration error naming `redis.mode`. Every client, including the per-master
+//! connections of `SCAN`, gets `[redis.tls]` and the ACL user.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -45,8 +47,16 @@ pub enum RedisConn {
     /// One server, reconnecting connection manager.
     Standalone(ConnectionManager),
     /// Cluster, slot-routed multiplexed connection, and binval's copy of the slot map (for
-    /// per-master batches).
-    Cluster(ClusterConnection, Arc<RwLock<SlotMap>>),
+    /// per-master batches) with the settings of per-master connections.
+    Cluster(ClusterConnection, Arc<ClusterState>),
+}
+
+/// What binval keeps beside a Cluster connection.
+pub struct ClusterState {
+    /// binval's copy of the slot map.
+    map: RwLock<SlotMap>,
+    /// The Redis settings: TLS and the ACL user of the per-master connections `SCAN` opens.
+    cfg: RedisConfig,
 }
 
 /// Commands per pipeline: a master answers a pipeline in one go, so a very long one delays
@@ -107,13 +117,15 @@ impl SlotMap {
 }
 
 impl RedisConn {
-    /// Connect per `cfg`. Connection failures are transient; a server of the other mode is a
-    /// definite error naming `redis.mode`.
+    /// Connect per `cfg`. Connection failures are transient, TLS and authentication failures
+    /// definite naming the setting; a server of the other mode is a definite error naming
+    /// `redis.mode`.
     pub async fn connect(cfg: &RedisConfig) -> Result<Self, Error> {
         let timeout = Duration::from_millis(cfg.timeout_ms);
+        let transient = |e| crate::security::redis::connect_error(e, cfg);
         match cfg.mode {
             RedisMode::Standalone => {
-                let client = redis::Client::open(cfg.urls[0].as_str()).map_err(|e| Error::config("redis.urls[0]", e.to_string()))?;
+                let client = crate::security::redis::client(cfg, &cfg.urls[0], "redis.urls[0]")?;
                 let mc = redis::aio::ConnectionManagerConfig::new()
                     .set_response_timeout(Some(timeout))
                     .set_connection_timeout(Some(timeout))
@@ -128,14 +140,14 @@ impl RedisConn {
                 Ok(conn)
             }
             RedisMode::Cluster => {
-                let client = redis::cluster::ClusterClientBuilder::new(cfg.urls.clone())
+                let client = crate::security::redis::cluster_builder(cfg)?
                     .response_timeout(timeout)
                     .connection_timeout(timeout)
                     .build()
                     .map_err(transient)?;
                 match client.get_async_connection().await {
                     Ok(c) => {
-                        let conn = RedisConn::Cluster(c, Arc::default());
+                        let conn = RedisConn::Cluster(c, Arc::new(ClusterState { map: RwLock::default(), cfg: cfg.clone() }));
                         conn.refresh_slots().await.map_err(transient)?;
                         conn.load_scripts().await.map_err(transient)?;
                         Ok(conn)
@@ -208,14 +220,15 @@ impl RedisConn {
 
     /// A plain connection to every Cluster master (`CLUSTER SLOTS`); empty for standalone.
     pub async fn cluster_masters(&self) -> Result<Vec<redis::aio::MultiplexedConnection>, Error> {
-        let RedisConn::Cluster(..) = self else { return Ok(Vec::new()) };
+        let RedisConn::Cluster(_, state) = self else { return Ok(Vec::new()) };
+        let cfg = &state.cfg;
         let map = self.refresh_slots().await.map_err(transient)?;
-        let mut urls: Vec<String> = map.masters().iter().map(|m| format!("redis://{m}")).collect();
-        urls.sort();
+        let mut masters: Vec<&String> = map.masters().iter().collect();
+        masters.sort();
         let mut out = Vec::new();
-        for u in urls {
-            let client = redis::Client::open(u.as_str()).map_err(transient)?;
-            out.push(client.get_multiplexed_async_connection().await.map_err(transient)?);
+        for m in masters {
+            let client = crate::security::redis::node_client(cfg, m)?;
+            out.push(client.get_multiplexed_async_connection().await.map_err(|e| crate::security::redis::connect_error(e, cfg))?);
         }
         Ok(out)
     }
@@ -226,7 +239,7 @@ impl RedisConn {
         let RedisConn::Cluster(c, map) = self else { return Ok(SlotMap::default()) };
         let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c.clone()).await?;
         let fresh = SlotMap::from_cluster_slots(&reply);
-        *map.write().expect("slot map lock") = fresh.clone();
+        *map.map.write().expect("slot map lock") = fresh.clone();
         Ok(fresh)
     }
 
@@ -235,7 +248,7 @@ impl RedisConn {
     #[doc(hidden)]
     pub fn replace_slot_map(&self, fresh: SlotMap) {
         if let RedisConn::Cluster(_, map) = self {
-            *map.write().expect("slot map lock") = fresh;
+            *map.map.write().expect("slot map lock") = fresh;
         }
     }
 
@@ -280,7 +293,7 @@ impl RedisConn {
         {
             let map = match self {
                 RedisConn::Standalone(_) => None,
-                RedisConn::Cluster(_, map) => Some(map.read().expect("slot map lock")),
+                RedisConn::Cluster(_, state) => Some(state.map.read().expect("slot map lock")),
             };
             // The open pipeline of each master (one master for standalone Redis).
             let masters = map.as_ref().map_or(1, |m| m.masters().len().max(1));

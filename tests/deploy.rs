@@ -233,7 +233,7 @@ fn kubernetes_manifests_match_the_api_and_each_other() {
     let requests = c.resources.as_ref().and_then(|r| r.requests.clone()).expect("resource requests");
     assert!(requests.contains_key("cpu") && requests.contains_key("memory"), "cpu and memory requests");
 
-    // The ConfigMap's config is a binval config (after the Secret's overrides) whose metrics
+    // The ConfigMap's config is a binval config whose metrics
     // listener is the probed port.
     let data = m.config_map.data.as_ref().unwrap();
     let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.config_map.is_some()).unwrap();
@@ -251,20 +251,32 @@ fn kubernetes_manifests_match_the_api_and_each_other() {
     let config_arg = &args[args.iter().position(|a| a == "--config").unwrap() + 1];
     assert!(config_arg.starts_with(&mount.mount_path), "--config {config_arg} is in the mounted ConfigMap");
 
-    // Every secret key the environment references exists; passwords only through it.
+    // Passwords and the CA are files of the mounted Secret: every `*_file` of the config is in
+    // the Secret's mount and names one of its keys; no password in the ConfigMap or the
+    // environment.
     let secret_keys: BTreeSet<String> = m.secret.string_data.clone().unwrap_or_default().into_keys().collect();
-    let secret_name = m.secret.metadata.name.clone().unwrap();
-    let mut overrides = 0;
-    for e in c.env.iter().flatten() {
-        if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
-            assert_eq!(r.name, secret_name);
-            assert!(secret_keys.contains(&r.key), "secret key {} exists", r.key);
-            assert!(e.name.starts_with("BINVAL__"), "{} is a binval config override", e.name);
-            overrides += 1;
-        }
+    let secret_volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.secret.is_some()).expect("the Secret is a volume");
+    assert_eq!(secret_volume.secret.as_ref().unwrap().secret_name, m.secret.metadata.name.clone());
+    let secret_mount = c.volume_mounts.as_ref().unwrap().iter().find(|v| v.name == secret_volume.name).expect("the Secret is mounted");
+    let files = [
+        cfg.source.password_file.clone(),
+        cfg.redis.password_file.clone(),
+        cfg.kafka.sasl.as_ref().and_then(|s| s.password_file.clone()),
+        cfg.source.tls.ca_file.clone(),
+        cfg.redis.tls.ca_file.clone(),
+        cfg.kafka.tls.ca_file.clone(),
+    ];
+    for f in files.iter() {
+        let f = f.as_ref().expect("every password and CA of the config is a file");
+        let key = f.strip_prefix(&secret_mount.mount_path).unwrap_or_else(|_| panic!("{} is in the Secret's mount", f.display()));
+        assert!(secret_keys.contains(key.to_str().unwrap()), "the Secret has key {}", key.display());
     }
-    assert!(overrides >= 2, "source.url and redis.urls come from the Secret");
-    assert!(!data["binval.toml"].contains(":CHANGE-ME@"), "no password in the ConfigMap");
+    assert!(
+        cfg.source.password.is_none() && cfg.redis.password.is_none() && !cfg.source.url.contains(":CHANGE-ME@"),
+        "no password in the ConfigMap"
+    );
+    assert!(c.env.iter().flatten().all(|e| e.value_from.is_none()), "no secret in the environment");
+    assert!(!data["binval.toml"].contains("CHANGE-ME"), "no password in the ConfigMap");
     let security = pod.security_context.as_ref().unwrap();
     assert_eq!(security.run_as_non_root, Some(true));
     let dockerfile = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();

@@ -28,25 +28,16 @@ pub struct ServerInfo {
     pub current: SourcePosition,
 }
 
-/// Connect with the configured URL (see [`source_opts`]).
+/// Connect with the configured URL (see [`source_opts`]), password and TLS settings
+/// ([`crate::security::mysql`]).
 pub async fn connect(cfg: &SourceConfig) -> Result<Conn, Error> {
-    Conn::new(source_opts(&cfg.url)?).await.map_err(|e| classify_mysql(e, "connect"))
+    crate::security::mysql::connect(cfg).await
 }
 
-/// The connection options of `source.url`. The host and port of the URL are what binval
-/// connects to: mysql_async would otherwise (`prefer_socket`, on by default) ask a server on
-/// the same machine for its `@@socket` and switch to that Unix socket, bypassing a proxy or a
-/// firewall rule on the TCP port. A URL may still ask for it (`?prefer_socket=true`) or name a
-/// socket (`?socket=/path`).
-///
-/// Errors: a URL mysql_async cannot read (a config error naming `source.url`).
+/// The connection options of `source.url` alone (see [`crate::security::mysql::url_opts`]:
+/// TCP to the URL's host unless the URL asks for the socket).
 pub fn source_opts(url: &str) -> Result<Opts, Error> {
-    let opts = Opts::from_url(url).map_err(|e| Error::config("source.url", e.to_string()))?;
-    let asked = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some("prefer_socket")));
-    if asked {
-        return Ok(opts);
-    }
-    Ok(mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false).into())
+    crate::security::mysql::url_opts(url)
 }
 
 /// Check the settings binval needs and read where the binlog is now.

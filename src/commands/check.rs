@@ -1,17 +1,37 @@
 //! `binval check`: preflight of everything `run` needs, read-only: the source's binlog
-//! settings and schema, Redis (and, on a Cluster, how the mappings' replicas spread over the
-//! masters: [`super::placement`]), the checkpoint `run` would resume from (or the start
-//! position it would use), and the Kafka brokers.
+//! settings, schema and the account's privileges, Redis (and, on a Cluster, how the mappings'
+//! replicas spread over the masters: [`super::placement`]), the checkpoint `run` would resume
+//! from (or the start position it would use), and the Kafka brokers. Per service it also says
+//! how the connection is secured: the TLS version and cipher (or `plaintext`) and whether the
+//! server's certificate was verified (`security::probe`, `security::mysql::session_tls`).
+
+use std::time::Duration;
+
+use binval_security::TlsMode;
 
 use crate::config::{Config, StartForms, StartPoint};
-use crate::error::Error;
+use crate::error::{DefiniteError, Error};
+use crate::security;
 
-/// Check the source, the mappings against its schema, Redis, the checkpoint and Kafka, printing
-/// one line per part. Errors name what failed (a definite config error for mapping problems).
+/// Check the source, the mappings against its schema, the account's privileges, Redis, the
+/// checkpoint and Kafka, printing one line per part. Errors name what failed (a definite config
+/// error for mapping problems, [`DefiniteError::MissingPrivileges`] for missing grants).
 pub async fn check(cfg: Config) -> Result<(), Error> {
     let mut conn = crate::binlog::server::connect(&cfg.source).await?;
-    let info = crate::binlog::server::preflight(&mut conn).await?;
+    let info = match crate::binlog::server::preflight(&mut conn).await {
+        Ok(info) => info,
+        // Refused for want of a privilege (SHOW MASTER STATUS): list every missing one.
+        Err(e @ Error::Definite(DefiniteError::SourceRefused(_))) => {
+            use mysql_async::prelude::Queryable;
+            let version: Option<String> = conn.query_first("SELECT @@version").await.unwrap_or(None);
+            check_grants(&mut conn, &cfg, version.is_some_and(|v| v.to_ascii_lowercase().contains("mariadb"))).await?;
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
+    let tls = security::mysql::session_tls(&mut conn).await?;
+    println!("source tls: {}", describe(tls.map(|(v, c)| (v, c, "the connection itself")), cfg.source.tls.effective_mode()));
     let problems = crate::binlog::server::check_mappings(&mut conn, &cfg.mappings).await?;
     for p in &problems {
         println!("mapping problem: {p}");
@@ -19,9 +39,11 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     if !problems.is_empty() {
         return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.len())));
     }
+    check_grants(&mut conn, &cfg, info.mariadb).await?;
     let mut redis = crate::redis_conn::RedisConn::connect(&cfg.redis).await?;
     let pong: String = redis.query(&redis::cmd("PING")).await.map_err(|e| crate::error::TransientError::Redis(e.to_string()))?;
-    println!("redis: {pong}");
+    println!("redis: {pong} ({})", cfg.redis.username.as_deref().map(|u| format!("ACL user {u}")).unwrap_or_else(|| "default user".into()));
+    check_redis_tls(&cfg).await;
     let placements = super::placement::report(&redis, &cfg.mappings).await?;
     if placements.is_empty() {
         println!("placement: standalone Redis, every replica on one server (nothing to spread over)");
@@ -51,6 +73,96 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     kc.create_topic = false;
     let k = crate::write::kafka_sink::KafkaSink::connect(&kc).await?;
     println!("kafka: brokers {} reachable (topic {})", cfg.kafka.brokers, k.topic());
+    check_kafka_security(&cfg).await;
     println!("mappings: {} table(s)", cfg.mappings.len());
     Ok(())
+}
+
+/// `TLSv1.3 TLS13_AES_256_GCM_SHA384 (<source>); <verification>` or `plaintext`.
+fn describe(tls: Option<(String, String, &str)>, mode: TlsMode) -> String {
+    match tls {
+        Some((v, c, from)) => format!("{v} {c} (as seen by {from}); {}", mode.verification()),
+        None => "plaintext (no TLS)".into(),
+    }
+}
+
+/// The source account's privileges for `run` and `replay` (`security::grants`): one line when
+/// all are there, else one line per missing privilege with the statement to grant it, and an
+/// error.
+async fn check_grants(conn: &mut mysql_async::Conn, cfg: &Config, mariadb: bool) -> Result<(), Error> {
+    let g = security::grants::check(conn, cfg, mariadb).await?;
+    let list = |rs: &[security::grants::Requirement]| {
+        rs.iter()
+            .map(|r| {
+                format!("{} on {}", r.privileges[0], r.table.as_ref().map(|(d, t)| format!("{d}.{t}")).unwrap_or_else(|| "*.*".into()))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if g.missing.is_empty() {
+        println!("source grants: {} has what run and replay need ({})", g.account, list(&g.held));
+        return Ok(());
+    }
+    for r in &g.missing {
+        println!("source grants: missing {} (for {}: {}): {}", r.privileges.join(" or "), r.commands, r.why, r.grant_statement(&g.account));
+    }
+    let roles =
+        if g.roles.is_empty() { String::new() } else { format!(" (roles granted: {}; only active roles count)", g.roles.join(", ")) };
+    Err(DefiniteError::MissingPrivileges {
+        account: g.account.clone(),
+        missing: format!("{}{roles}; see the lines above", list(&g.missing)),
+    }
+    .into())
+}
+
+/// One `redis tls:` line per configured URL: a TLS handshake with `[redis.tls]`.
+async fn check_redis_tls(cfg: &Config) {
+    let mode = binval_security::redis_tls::effective_mode(&cfg.redis.urls, &cfg.redis.tls, "redis.tls", "redis.urls").unwrap_or_default();
+    for u in &cfg.redis.urls {
+        let Some((host, port)) = host_port(u) else { continue };
+        let line = if mode.encrypted() {
+            match security::probe::probe(&host, port, &cfg.redis.tls, mode, Duration::from_secs(5)).await {
+                Ok(r) => describe(Some((r.version, r.cipher, "a TLS probe")), mode),
+                Err(e) => format!("TLS probe failed: {e}"),
+            }
+        } else {
+            describe(None, mode)
+        };
+        println!("redis tls: {host}:{port} {line}");
+    }
+}
+
+/// The `kafka security:` line: protocol, SASL user, and a TLS handshake with the first
+/// bootstrap broker.
+async fn check_kafka_security(cfg: &Config) {
+    let k = &cfg.kafka;
+    let mode = k.tls.effective_mode();
+    let sasl = k.sasl.as_ref().map(|s| format!("SASL {} as {}", s.mechanism.as_str(), s.username)).unwrap_or_else(|| "no SASL".into());
+    let tls = if mode.encrypted() {
+        let first = k.brokers.split(',').next().unwrap_or_default().trim();
+        match first.rsplit_once(':').and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?))) {
+            Some((h, p)) => match security::probe::probe(&h, p, &k.tls, mode, Duration::from_secs(5)).await {
+                Ok(r) => describe(Some((r.version, r.cipher, "a TLS probe of {first}")), mode).replace("{first}", first),
+                Err(e) => format!("TLS probe of {first} failed: {e} (librdkafka connected)"),
+            },
+            None => format!("{} (broker {first} not host:port)", mode.verification()),
+        }
+    } else if k.properties.get("security.protocol").is_some_and(|p| p.to_ascii_uppercase().contains("SSL")) {
+        "TLS through kafka.properties (not probed)".into()
+    } else {
+        describe(None, mode)
+    };
+    println!("kafka security: {sasl}; {tls}");
+}
+
+/// `host` and `port` of a `redis[s]://[user[:pw]@]host:port[/db]` URL (port 6379 when
+/// missing).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url.split_once("://")?.1;
+    let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
+    let hp = rest.split(['/', '?', '#']).next()?;
+    match hp.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || hp.starts_with('[') => Some((h.to_string(), p.parse().ok()?)),
+        _ => Some((hp.to_string(), 6379)),
+    }
 }

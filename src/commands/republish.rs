@@ -20,7 +20,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// The consumer republish reads the topic with.
+type RepublishConsumer = BaseConsumer<crate::security::kafka::SecurityContext>;
 use serde::Serialize;
 
 use crate::config::Config;
@@ -117,19 +120,22 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
     Ok(summary)
 }
 
-/// A consumer outside any group's offsets (manual assignment, no commits).
-fn consumer(cfg: &Config) -> Result<BaseConsumer, Error> {
-    let mut cc = ClientConfig::new();
-    cc.set("bootstrap.servers", &cfg.kafka.brokers)
-        .set("group.id", format!("binval-republish-{}", std::process::id()))
+/// A consumer outside any group's offsets (manual assignment, no commits), with the brokers'
+/// security settings (typed, and raw `ssl.*` / `sasl.*` / `security.*` properties).
+fn consumer(cfg: &Config) -> Result<RepublishConsumer, Error> {
+    let mut cc = crate::security::kafka::client_config(&cfg.kafka)?;
+    for (k, v) in cfg.kafka.properties.iter().filter(|(k, _)| ["ssl.", "sasl.", "security."].iter().any(|p| k.starts_with(p))) {
+        cc.set(k, v);
+    }
+    cc.set("group.id", format!("binval-republish-{}", std::process::id()))
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "10");
-    Ok(cc.create().map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?)
+    Ok(cc.create_with_context(Default::default()).map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?)
 }
 
 /// The topic's partitions and the end offset (high watermark) of each at start. A topic
 /// without partitions is an error naming `kafka.topic`.
-fn partitions_and_ends(consumer: &BaseConsumer, topic: &str) -> Result<(Vec<i32>, BTreeMap<i32, i64>), Error> {
+fn partitions_and_ends(consumer: &RepublishConsumer, topic: &str) -> Result<(Vec<i32>, BTreeMap<i32, i64>), Error> {
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .map_err(|e| TransientError::Kafka(format!("metadata of {topic}: {e}")))?;
@@ -149,7 +155,7 @@ fn partitions_and_ends(consumer: &BaseConsumer, topic: &str) -> Result<(Vec<i32>
 /// The start offset of each partition: by time, or as given (a partition the topic does not
 /// have is an error naming `--from`).
 fn start_offsets(
-    consumer: &BaseConsumer,
+    consumer: &RepublishConsumer,
     topic: &str,
     from: &RepublishFrom,
     partitions: &[i32],
@@ -200,7 +206,7 @@ fn start_offsets(
 /// invalidation events within the time range (key, payload).
 #[allow(clippy::type_complexity)]
 fn read_range(
-    consumer: &BaseConsumer,
+    consumer: &RepublishConsumer,
     tpl: &TopicPartitionList,
     ends: &BTreeMap<i32, i64>,
     from: &RepublishFrom,

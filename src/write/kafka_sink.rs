@@ -14,20 +14,20 @@ use std::time::Duration;
 
 use binval_protocol::InvalidationEvent;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::config::KafkaConfig;
 use crate::error::{classify_kafka, kafka_is_definite, Error, TransientError};
+use crate::security::kafka::SecurityContext;
 
 /// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
 const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
 
 /// The invalidation event producer.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: FutureProducer<SecurityContext>,
     topic: String,
     create_topic: bool,
     /// `queue.buffering.max.messages`: how many events the producer holds before enqueue waits.
@@ -37,10 +37,12 @@ pub struct KafkaSink {
 impl KafkaSink {
     /// Create the producer and, if configured, the topic. Errors are transient (the broker may
     /// come up later), except those [`kafka_is_definite`] names (authentication and
-    /// authorisation failures, an invalid setting, a missing topic binval may not create):
-    /// those are definite configuration errors naming the `kafka` section.
+    /// authorisation failures, an invalid setting, a missing topic binval may not create) and
+    /// a TLS or SASL failure librdkafka reported meanwhile
+    /// ([`crate::security::kafka::SecurityContext`]): those are definite configuration errors
+    /// naming the `kafka` setting.
     pub async fn connect(cfg: &KafkaConfig) -> Result<Self, Error> {
-        let mut cc = ClientConfig::new();
+        let mut cc = crate::security::kafka::client_config(cfg)?;
         // Defaults, each overridable in `kafka.properties`:
         // - linger.ms 5 (librdkafka's own default): under load, a produce request carries the
         //   events of several groups. With 1 ms, binval used 142 µs of CPU per single-row
@@ -50,8 +52,7 @@ impl KafkaSink {
         // - queue.buffering.max.kbytes 65536: the producer's queue holds at most 64 MiB of
         //   events not yet delivered (librdkafka's default is 1 GiB): with the broker away,
         //   binval waits (the queue is full) instead of growing (invariant I6).
-        cc.set("bootstrap.servers", &cfg.brokers)
-            .set("linger.ms", "5")
+        cc.set("linger.ms", "5")
             .set("queue.buffering.max.kbytes", "65536")
             .set("message.timeout.ms", "30000")
             .set("socket.keepalive.enable", "true");
@@ -60,9 +61,11 @@ impl KafkaSink {
         }
         // Always: the guarantees binval documents depend on them.
         cc.set("enable.idempotence", "true").set("acks", "all");
-        let producer: FutureProducer = cc.create().map_err(|e| connect_error(&e, cfg, "producer"))?;
+        let context = SecurityContext::default();
+        let producer: FutureProducer<SecurityContext> =
+            cc.create_with_context(context.clone()).map_err(|e| connect_error(&e, cfg, "producer", &context))?;
         if cfg.create_topic {
-            ensure_topic(&cc, cfg).await?;
+            ensure_topic(&cc, cfg, &context).await?;
         }
         // Fail early (and retry) when no broker answers.
         let p = producer.clone();
@@ -70,7 +73,7 @@ impl KafkaSink {
         tokio::task::spawn_blocking(move || p.client().fetch_metadata(Some(&topic), Duration::from_secs(5)))
             .await
             .expect("metadata task")
-            .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic)))?;
+            .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic), &context))?;
         let queue_capacity =
             cfg.properties.get("queue.buffering.max.messages").and_then(|v| v.parse().ok()).unwrap_or(LIBRDKAFKA_QUEUE_MESSAGES);
         Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic, queue_capacity })
@@ -149,12 +152,13 @@ impl KafkaSink {
     }
 }
 
-async fn ensure_topic(cc: &ClientConfig, cfg: &KafkaConfig) -> Result<(), Error> {
+async fn ensure_topic(cc: &ClientConfig, cfg: &KafkaConfig, context: &SecurityContext) -> Result<(), Error> {
     let (topic, partitions) = (cfg.topic.as_str(), cfg.partitions);
-    let admin: AdminClient<DefaultClientContext> = cc.create().map_err(|e| connect_error(&e, cfg, "admin client"))?;
+    let admin: AdminClient<SecurityContext> =
+        cc.create_with_context(context.clone()).map_err(|e| connect_error(&e, cfg, "admin client", context))?;
     let nt = NewTopic::new(topic, partitions, TopicReplication::Fixed(cfg.replication_factor));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let res = admin.create_topics([&nt], &opts).await.map_err(|e| connect_error(&e, cfg, &format!("create topic {topic}")))?;
+    let res = admin.create_topics([&nt], &opts).await.map_err(|e| connect_error(&e, cfg, &format!("create topic {topic}"), context))?;
     for r in res {
         match r {
             Ok(_) => tracing::info!(topic, partitions, "created topic"),
@@ -162,17 +166,30 @@ async fn ensure_topic(cc: &ClientConfig, cfg: &KafkaConfig) -> Result<(), Error>
             Err((t, code)) if kafka_is_definite(code, cfg.create_topic) => {
                 return Err(Error::config("kafka", format!("create topic {t}: {code}")))
             }
-            Err((t, code)) => return Err(TransientError::Kafka(format!("create topic {t}: {code}")).into()),
+            Err((t, code)) => {
+                if let Some(f) = context.explain(cfg) {
+                    return Err(Error::config(f.field, f.reason));
+                }
+                return Err(TransientError::Kafka(format!("create topic {t}: {code}")).into());
+            }
         }
     }
     Ok(())
 }
 
-/// A failure while connecting: definite (a configuration error naming the `kafka` section)
-/// when [`classify_kafka`] says so, else transient as before.
-fn connect_error(e: &KafkaError, cfg: &KafkaConfig, context: &str) -> Error {
-    match classify_kafka(e, "", &cfg.topic, cfg.create_topic, context) {
-        Error::Definite(_) => Error::config("kafka", format!("{context}: {e}")),
-        transient => transient,
+/// A failure while connecting: definite (a configuration error naming the setting) when the
+/// last error librdkafka reported is a TLS or SASL failure, or naming the `kafka` section when
+/// [`classify_kafka`] says so; else transient, with the last broker error appended.
+fn connect_error(e: &KafkaError, cfg: &KafkaConfig, what: &str, context: &SecurityContext) -> Error {
+    if let Some(f) = context.explain(cfg) {
+        crate::telemetry::error_classified("kafka", true);
+        return Error::config(f.field, format!("{what}: {}", f.reason));
+    }
+    match classify_kafka(e, "", &cfg.topic, cfg.create_topic, what) {
+        Error::Definite(_) => Error::config("kafka", format!("{what}: {e}")),
+        Error::Transient(t) => match context.last_error() {
+            Some(last) => TransientError::Kafka(format!("{t} (last broker error: {last})")).into(),
+            None => Error::Transient(t),
+        },
     }
 }

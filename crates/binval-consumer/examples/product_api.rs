@@ -33,6 +33,14 @@
 //! | `BINVAL_MAX_STALENESS_MS` | `2000` | the fail safe's lag bound (`0` = off) |
 //! | `BINVAL_FETCH_WAIT_MS` | crate default (10) | librdkafka `fetch.wait.max.ms` of the listener (on a large Kafka cluster: 100-500) |
 //! | `LISTEN_ADDR` | `127.0.0.1:8080` | HTTP listen address |
+//! | `BINVAL_REDIS_USERNAME` | unset (`default` user) | Redis ACL user |
+//! | `BINVAL_REDIS_PASSWORD` / `BINVAL_REDIS_PASSWORD_FILE` | unset | its password, or a file holding it (a mounted Secret) |
+//! | `BINVAL_REDIS_TLS_MODE` | `verify-identity` for `rediss://` URLs | `required`, `verify-ca`, `verify-identity` |
+//! | `BINVAL_REDIS_TLS_CA_FILE`, `BINVAL_REDIS_TLS_CERT_FILE`, `BINVAL_REDIS_TLS_KEY_FILE` | unset | CA, client certificate and key (PEM) |
+//! | `BINVAL_KAFKA_TLS_MODE` | `verify-identity` when a Kafka TLS file is set, else `disabled` | as for Redis |
+//! | `BINVAL_KAFKA_TLS_CA_FILE`, `BINVAL_KAFKA_TLS_CERT_FILE`, `BINVAL_KAFKA_TLS_KEY_FILE` | unset | CA, client certificate and key (PEM) |
+//! | `BINVAL_KAFKA_SASL_MECHANISM` | unset (no SASL) | `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` |
+//! | `BINVAL_KAFKA_SASL_USERNAME`, `BINVAL_KAFKA_SASL_PASSWORD` / `_PASSWORD_FILE` | unset | SASL user and password |
 //!
 //! Run: `BINVAL_REDIS_URLS=redis://127.0.0.1:6379 BINVAL_BROKERS=127.0.0.1:9092 cargo run -p
 //! binval-consumer --example product_api`, then `curl localhost:8080/products/6666`.
@@ -135,7 +143,40 @@ async fn build_consumer(key_prefix: &str, max_staleness: Option<Duration>) -> an
         b = b.kafka_property("fetch.wait.max.ms", wait.trim());
     }
     b = if urls.len() > 1 || env_or("BINVAL_REDIS_CLUSTER", false)? { b.redis_cluster(urls) } else { b.redis_standalone(&urls[0]) };
-    Ok(b.build().await?)
+    Ok(security(b)?.build().await?)
+}
+
+/// TLS, users and passwords from the `BINVAL_REDIS_*` / `BINVAL_KAFKA_*` variables above.
+fn security(mut b: binval_consumer::ConsumerBuilder) -> anyhow::Result<binval_consumer::ConsumerBuilder> {
+    use binval_consumer::{KafkaSasl, Secret, TlsSettings};
+    let password = |name: &str| -> anyhow::Result<Option<Secret>> {
+        match (env(name), env(&format!("{name}_FILE"))) {
+            (Some(p), _) => Ok(Some(Secret::new(p))),
+            (None, Some(f)) => Secret::from_file(std::path::Path::new(&f)).map(Some).map_err(|e| anyhow::anyhow!("{name}_FILE: {e}")),
+            (None, None) => Ok(None),
+        }
+    };
+    let tls = |svc: &str| -> anyhow::Result<TlsSettings> {
+        let mode = env(&format!("BINVAL_{svc}_TLS_MODE"))
+            .map(|m| m.parse())
+            .transpose()
+            .map_err(|e: String| anyhow::anyhow!("BINVAL_{svc}_TLS_MODE={e}"))?;
+        let file = |n: &str| env(&format!("BINVAL_{svc}_TLS_{n}_FILE")).map(std::path::PathBuf::from);
+        Ok(TlsSettings { mode, ca_file: file("CA"), client_cert_file: file("CERT"), client_key_file: file("KEY"), server_name: None })
+    };
+    b = b.redis_tls(tls("REDIS")?).kafka_tls(tls("KAFKA")?);
+    if let Some(p) = password("BINVAL_REDIS_PASSWORD")? {
+        b = b.redis_user(env("BINVAL_REDIS_USERNAME").as_deref(), p);
+    }
+    if let Some(m) = env("BINVAL_KAFKA_SASL_MECHANISM") {
+        let mechanism = m.parse().map_err(|e: String| anyhow::anyhow!("BINVAL_KAFKA_SASL_MECHANISM={e}"))?;
+        let username =
+            env("BINVAL_KAFKA_SASL_USERNAME").context("BINVAL_KAFKA_SASL_USERNAME is required with BINVAL_KAFKA_SASL_MECHANISM")?;
+        let password = password("BINVAL_KAFKA_SASL_PASSWORD")?
+            .context("BINVAL_KAFKA_SASL_PASSWORD(_FILE) is required with BINVAL_KAFKA_SASL_MECHANISM")?;
+        b = b.kafka_sasl(KafkaSasl { mechanism, username, password });
+    }
+    Ok(b)
 }
 
 /// `GET /products/{id}`: the payload JSON text, served as is.

@@ -558,6 +558,9 @@ mod slot_map;
 mod state;
 mod stats;
 
+/// The settings of secure connections ([`ConsumerBuilder::redis_tls`], [`ConsumerBuilder::redis_user`],
+/// [`ConsumerBuilder::kafka_tls`], [`ConsumerBuilder::kafka_sasl`]), shared with the binval service.
+pub use binval_security::{KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings};
 pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer};
 pub use error::ConsumerError;

@@ -15,8 +15,9 @@ use std::time::Duration;
 use binval_protocol::fence::{FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
 use binval_protocol::placement::Placement;
 use binval_protocol::{hash_slot, ReplicaRecord};
+use binval_security::redis_tls::{self, RedisAuth};
+use binval_security::{redact_url, redact_urls, TlsSettings};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
@@ -24,13 +25,38 @@ use crate::error::ConsumerError;
 use crate::masters::{master_label, MasterCounters, Read};
 use crate::slot_map::{ClusterMap, SlotMap, TopologyTap};
 
-/// Where the suffix replicas live.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the suffix replicas live. `Debug` hides URL passwords.
+#[derive(Clone, PartialEq, Eq)]
 pub enum RedisTarget {
-    /// One Redis server, e.g. `redis://127.0.0.1:6379`.
+    /// One Redis server, e.g. `redis://127.0.0.1:6379` (`rediss://` for TLS).
     Standalone(String),
     /// A Redis Cluster, given by one or more seed node URLs.
     Cluster(Vec<String>),
+}
+
+impl RedisTarget {
+    /// The URL(s).
+    pub fn urls(&self) -> &[String] {
+        match self {
+            RedisTarget::Standalone(u) => std::slice::from_ref(u),
+            RedisTarget::Cluster(u) => u,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RedisTarget::Standalone(u) => f.debug_tuple("Standalone").field(&redact_url(u)).finish(),
+            RedisTarget::Cluster(u) => f.debug_tuple("Cluster").field(&u.iter().map(|u| redact_url(u)).collect::<Vec<_>>()).finish(),
+        }
+    }
+}
+
+/// The TLS settings and the ACL user of the Redis connections.
+pub(crate) struct Security<'a> {
+    pub tls: &'a TlsSettings,
+    pub auth: &'a RedisAuth,
 }
 
 /// A connection to either kind of Redis, with its per-master read counters. Cheap to clone
@@ -54,18 +80,29 @@ type Reply = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl RedisConn {
     /// Connect. `replica_nodes`: reads may go to the replica nodes of a Cluster's masters.
+    /// A TLS or authentication failure is [`ConsumerError::Config`] naming the setting
+    /// (`redis_tls`, `redis_user`), other failures [`ConsumerError::Redis`] or
+    /// [`ConsumerError::Timeout`]. URLs in errors have their password hidden.
     pub(crate) async fn connect(
         target: &RedisTarget,
+        security: &Security<'_>,
         response_timeout: Duration,
         connection_timeout: Duration,
         replica_nodes: bool,
     ) -> Result<Self, ConsumerError> {
         let ms = |d: Duration| d.as_millis() as u64;
+        let failed = |op: String, e: redis::RedisError| match redis_tls::explain_failure(&e, "redis_tls", "redis_user") {
+            Some(f) => ConsumerError::Config {
+                field: if f.field == "redis_user" { "redis_user" } else { "redis_tls" },
+                reason: format!("{op}: {f}"),
+            },
+            None => ConsumerError::redis(op, e, ms(connection_timeout)),
+        };
         match target {
             RedisTarget::Standalone(url) => {
-                let op = format!("connect to {url}");
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| ConsumerError::Config { field: "redis_standalone", reason: format!("`{url}`: {e}") })?;
+                let op = format!("connect to {}", redact_url(url));
+                let client = redis_tls::standalone_client(url, security.tls, security.auth, "redis_tls", "redis_standalone")
+                    .map_err(|f| ConsumerError::Config { field: "redis_standalone", reason: f.to_string() })?;
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(response_timeout))
                     .set_connection_timeout(Some(connection_timeout))
@@ -74,14 +111,15 @@ impl RedisConn {
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, ConnectionManager::new_with_config(client, config)).await {
                     Ok(Ok(conn)) => Ok(RedisConn::Standalone { conn, counters: Arc::new(MasterCounters::new(&master_label(url))) }),
-                    Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
+                    Ok(Err(e)) => Err(failed(op, e)),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
                 }
             }
             RedisTarget::Cluster(urls) => {
-                let op = format!("connect to cluster {}", urls.join(","));
+                let op = format!("connect to cluster {}", redact_urls(urls));
                 let map = ClusterMap::new(replica_nodes);
-                let client = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                let client = redis_tls::cluster_builder(urls, security.tls, security.auth, "redis_tls", "redis_cluster")
+                    .map_err(|f| ConsumerError::Config { field: "redis_cluster", reason: f.to_string() })?
                     .response_timeout(response_timeout)
                     .connection_timeout(connection_timeout)
                     // One "retry" is what lets the client follow a single MOVED/ASK redirect
@@ -91,14 +129,14 @@ impl RedisConn {
                     // The client's slot map becomes the consumer's (see `slot_map.rs`).
                     .read_routing_strategy(TopologyTap(map.clone()))
                     .build()
-                    .map_err(|e| ConsumerError::Config { field: "redis_cluster", reason: format!("{urls:?}: {e}") })?;
+                    .map_err(|e| ConsumerError::Config { field: "redis_cluster", reason: format!("{}: {e}", redact_urls(urls)) })?;
                 let bound = connection_timeout * 3;
                 match tokio::time::timeout(bound, client.get_async_connection()).await {
                     Ok(Ok(conn)) => {
                         map.attach(conn.clone()).await;
                         Ok(RedisConn::Cluster { conn, map, unknown: Arc::new(MasterCounters::new("unknown")) })
                     }
-                    Ok(Err(e)) => Err(ConsumerError::redis(op, e, ms(connection_timeout))),
+                    Ok(Err(e)) => Err(failed(op, e)),
                     Err(_) => Err(ConsumerError::Timeout { op, after_ms: ms(bound) }),
                 }
             }

@@ -16,7 +16,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Environment variables tansu reads as defaults for its flags; removed so a
 /// developer's shell cannot redirect the test broker.
-const TANSU_ENV: &[&str] =
+pub(crate) const TANSU_ENV: &[&str] =
     &["CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT"];
 
 /// The shared broker on `127.0.0.1:port` (in-memory storage).
@@ -137,7 +137,7 @@ impl OwnedBroker {
     }
 }
 
-fn tansu_bin() -> anyhow::Result<PathBuf> {
+pub(crate) fn tansu_bin() -> anyhow::Result<PathBuf> {
     let mut extra = Vec::new();
     if let Some(home) = std::env::var_os("HOME") {
         extra.push(PathBuf::from(home).join(".cargo/bin/tansu"));
@@ -210,7 +210,7 @@ fn start_tansu(bin: &Path, dir: &Path, port: u16) -> Result<Proc, StartError> {
 }
 
 /// The port accepts TCP and answers a Kafka ApiVersions (v0) request.
-fn api_versions_ok(port: u16) -> bool {
+pub(crate) fn api_versions_ok(port: u16) -> bool {
     let Ok(mut s) = connect(port, Duration::from_millis(500)) else { return false };
     let client_id = b"binval-testkit";
     let mut req = Vec::new();

@@ -57,6 +57,13 @@
 //!   restart.
 //! * Redis Cluster bus ports are `port + 10000`.
 //!
+//! # TLS and authentication
+//!
+//! `tls.rs` (issue #13): a test PKI made with rcgen ([`test_certs`]), MariaDB with TLS and
+//! `require_secure_transport=ON` ([`mariadb_tls`]), Redis and a Redis Cluster on TLS ports only
+//! ([`redis_tls`], [`redis_tls_cluster`]), a broker behind a TLS front and/or with SASL
+//! ([`SecureBroker`]).
+//!
 //! # Binaries
 //!
 //! `mariadbd`, `mariadb-install-db`, `mariadb` (client), `redis-server`,
@@ -69,6 +76,7 @@ mod proc;
 mod redis;
 mod redis_replicated;
 mod slots;
+mod tls;
 mod util;
 
 pub use broker::{broker, Broker, OwnedBroker};
@@ -76,6 +84,10 @@ pub use mariadb::{mariadb, MariaDb};
 pub use redis::{redis, redis_cluster, OwnedCluster, OwnedRedis, Redis, RedisCluster};
 pub use redis_replicated::ReplicatedCluster;
 pub use slots::SlotOwners;
+pub use tls::{
+    mariadb_tls, redis_tls, redis_tls_cluster, sql_via_socket, test_certs, BrokerSecurity, SecureBroker, TestCerts, TlsRedis,
+    REDIS_ADMIN_PASSWORD,
+};
 pub use util::unique_name;
 
 /// The per-process folder holding every instance's state and logs:

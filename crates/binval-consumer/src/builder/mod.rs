@@ -4,8 +4,9 @@
 //! file: `connection.rs` (Redis, Kafka, timeouts), `read.rs` (replicas, cache mode, loader),
 //! `bounds.rs` (local cache bounds and lifetimes), `limits.rs` (miss rate limits and stale
 //! fallback), `fail_safe.rs` (fill-race guard, lag bound, listener), `hot_keys.rs` (hot-key
-//! detection). `validate.rs` checks the settings; this file holds the struct, its defaults and
-//! `build()`, which turns the settings into the internals' own settings types.
+//! detection), `security.rs` (TLS, users and passwords). `validate.rs` checks the settings;
+//! this file holds the struct, its defaults and `build()`, which turns the settings into the
+//! internals' own settings types.
 
 mod bounds;
 mod connection;
@@ -13,6 +14,7 @@ mod fail_safe;
 mod hot_keys;
 mod limits;
 mod read;
+mod security;
 mod validate;
 
 use std::num::NonZeroU32;
@@ -68,6 +70,8 @@ use crate::{CacheMode, Consumer};
 ///   [`fill_guard_ttl`](Self::fill_guard_ttl), [`max_staleness`](Self::max_staleness),
 ///   [`metadata_refresh`](Self::metadata_refresh),
 ///   [`eviction_channel_capacity`](Self::eviction_channel_capacity);
+/// - **security**: [`redis_tls`](Self::redis_tls), [`redis_user`](Self::redis_user),
+///   [`kafka_tls`](Self::kafka_tls), [`kafka_sasl`](Self::kafka_sasl);
 /// - **hot keys**: [`hot_key_detection`](Self::hot_key_detection),
 ///   [`hot_key_window`](Self::hot_key_window), [`hot_key_threshold`](Self::hot_key_threshold),
 ///   [`hot_key_capacity`](Self::hot_key_capacity),
@@ -114,6 +118,10 @@ pub struct ConsumerBuilder {
     hot_key_sample_every: u32,
     hot_key_top_k: usize,
     thread_front: bool,
+    redis_tls: binval_security::TlsSettings,
+    redis_auth: binval_security::RedisAuth,
+    kafka_tls: binval_security::TlsSettings,
+    kafka_sasl: Option<binval_security::KafkaSasl>,
 }
 
 impl Default for ConsumerBuilder {
@@ -158,6 +166,10 @@ impl Default for ConsumerBuilder {
             hot_key_sample_every: 16,
             hot_key_top_k: 10,
             thread_front: true,
+            redis_tls: Default::default(),
+            redis_auth: Default::default(),
+            kafka_tls: Default::default(),
+            kafka_sasl: None,
         }
     }
 }
@@ -184,16 +196,24 @@ impl ConsumerBuilder {
     /// ```
     pub async fn build(self) -> Result<Consumer, ConsumerError> {
         self.validate()?;
+        binval_security::install_crypto_provider();
         let redis_target = self.redis.clone().expect("validated");
-        let redis =
-            RedisConn::connect(&redis_target, self.redis_response_timeout, self.redis_connection_timeout, self.read_from_replica_nodes)
-                .await?;
+        let security = crate::redis_conn::Security { tls: &self.redis_tls, auth: &self.redis_auth };
+        let redis = RedisConn::connect(
+            &redis_target,
+            &security,
+            self.redis_response_timeout,
+            self.redis_connection_timeout,
+            self.read_from_replica_nodes,
+        )
+        .await?;
 
         let mut prefix_replicas = self.prefix_replicas.clone();
         // Longest prefix first, so the first match is the longest.
         prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
 
-        let (consumer, known, confirmed_at, settings) = listener::start_assigned(self.listener_settings()).await?;
+        let (consumer, known, confirmed_at, settings) =
+            listener::start_assigned(self.listener_settings()?).await.map_err(|e| self.explain_kafka_failure(e))?;
 
         let shared = Arc::new(Shared::new(self.shared_settings()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -225,19 +245,22 @@ impl ConsumerBuilder {
         })
     }
 
-    /// The listener's settings, with a fresh unique `group.id` (prefix, pid, time, random).
-    fn listener_settings(&self) -> ListenerSettings {
+    /// The listener's settings, with a fresh unique `group.id` (prefix, pid, time, random) and
+    /// the typed security properties before the raw ones.
+    fn listener_settings(&self) -> Result<ListenerSettings, ConsumerError> {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let group_id = format!("{}-{}-{:x}-{:08x}", self.group_id_prefix, std::process::id(), nanos, rand::random::<u32>());
-        ListenerSettings {
+        let mut properties = self.kafka_security_properties()?;
+        properties.extend(self.kafka_properties.iter().cloned());
+        Ok(ListenerSettings {
             brokers: self.brokers.clone().expect("validated"),
             topic: self.topic.clone().expect("validated"),
             group_id,
-            properties: self.kafka_properties.clone(),
+            properties,
             metadata_refresh: self.metadata_refresh,
             request_timeout: self.kafka_request_timeout,
             max_staleness: self.max_staleness,
-        }
+        })
     }
 
     /// The settings of the state the read path and the listener share: local cache bounds and

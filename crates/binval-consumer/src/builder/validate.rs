@@ -30,7 +30,8 @@ impl ConsumerBuilder {
     pub(super) fn validate(&self) -> Result<(), ConsumerError> {
         self.validate_targets()?;
         self.validate_cache()?;
-        self.validate_timeouts()
+        self.validate_timeouts()?;
+        self.validate_security()
     }
 
     /// Redis target, brokers, topic and replica counts.
