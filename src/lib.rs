@@ -20,7 +20,8 @@
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
 //! | - | [`monitor`] | `binval run`'s gauges sampled once a second from the pipeline's state: lag, positions, queues, readiness |
-//! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode, status |
+//! | - | [`scan`] | the mapped tables read now, in consistent snapshots with a known binlog position (bootstrap, verify, inspect) |
+//! | - | [`commands`] | the `binval` subcommands: run, check, replay, republish, decode, status, bootstrap, verify, inspect |
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
 //! [`error`], [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
@@ -29,7 +30,8 @@
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
 //! `failpoint` and `binlog::decode` import nothing of binval's; `error`, `redis_conn` and
 //! `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
-//! `monitor` <- `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
+//! `monitor` <- `commands` <- `main`, and `scan` (on `binlog`, `mapping`, `write`) <-
+//! `commands`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
 //! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
 //!
@@ -76,6 +78,7 @@ pub mod mapping;
 pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod scan;
 pub mod start_point;
 pub mod telemetry;
 pub mod write;
