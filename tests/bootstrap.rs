@@ -200,15 +200,43 @@ async fn bootstrap_resumes_after_a_kill_dry_run_writes_nothing_and_errors_are_cl
     let t = &lines[0]["tables"][0];
     assert_eq!((t["rows"].clone(), t["key_changes"].clone()), (json!(39), json!(39)), "--where a < 10: (0,b1..b3) and 9 x 4: {t}");
 
-    // Invalidate mode: version tokens and position-only replicas, no payload.
-    let lazy = format!("{}.lazy", env.db);
-    let (code, lines, err) = block(|| binval("bootstrap", &cfg, &["--table", &lazy], &[]));
+    // SIGTERM: the chunk in flight is finished and saved, the summary says so; a rerun
+    // resumes there.
+    let child = Command::new(env!("CARGO_BIN_EXE_binval"))
+        .args(["bootstrap", "--config"])
+        .arg(&cfg)
+        .args(["--table", &pairs, "--restart", "--rate", "1000", "--chunk-rows", "100"])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = KillOnPanic(child.id());
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let out = block(|| child.wait_with_output()).unwrap();
+    assert!(out.status.success(), "exit 0 after SIGTERM: {}", out.status);
+    let first: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!((first["interrupted"].clone(), first["tables"][0]["status"].clone()), (json!(true), json!("interrupted")), "{first}");
+    let done_first = first["rows"].as_u64().unwrap();
+    assert!(done_first > 0 && done_first < 4000, "{first}");
+    let (code, lines, err) = block(|| binval("bootstrap", &cfg, &["--table", &pairs], &[]));
     assert_eq!(code, 0, "{err}");
-    assert_eq!(lines[0]["key_changes"], json!(50));
+    assert_eq!(lines[0]["rows"].as_u64().unwrap() + done_first, 4000, "{}", lines[0]);
+
+    // Invalidate mode: version tokens and position-only replicas, no payload; --publish: an
+    // event per key it changed.
+    let lazy = format!("{}.lazy", env.db);
+    let (code, lines, err) = block(|| binval("bootstrap", &cfg, &["--table", &lazy, "--publish"], &[]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((lines[0]["key_changes"].clone(), lines[0]["events"].clone()), (json!(50), json!(50)), "{}", lines[0]);
     let k = format!("{}:lazy:7", env.prefix);
     let (payload, position, tombstone) = block(|| r.record(&k, 1));
     assert_eq!((payload, tombstone), (None, false));
-    assert_eq!(position, Some(block(|| r.version(&k))));
+    let version = block(|| r.version(&k));
+    assert_eq!(position, Some(version));
+    let want: std::collections::HashSet<(String, u64)> = [(k.clone(), version)].into();
+    assert!(want.is_subset(&block(|| events_until(&tk::broker().bootstrap(), &env.topic, &want))), "the event of {k} at {version}");
 
     // A table without a primary key is named; so is a --where the server refuses.
     let (code, _, err) = block(|| binval("bootstrap", &cfg, &[], &[]));
