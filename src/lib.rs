@@ -48,7 +48,9 @@
 //!   [`write::apply`] enqueues a transaction's events only after its Redis writes are
 //!   acknowledged.
 //! * I2 no regression: every write is fenced by the change's fence position ([`write::fence`],
-//!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]).
+//!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]);
+//!   rows a table scan writes (`binval bootstrap`, `verify --repair`) are fenced by the fence
+//!   position of the consistent snapshot they were read in ([`scan::snapshot`]).
 //! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
 //!   writes and events were all acknowledged, and never past the XA PREPARE of a prepared XA
 //!   transaction whose changes are held ([`binlog::xa`]); [`binlog::reader`] resumes from the

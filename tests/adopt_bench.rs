@@ -62,11 +62,7 @@ fn bootstrap_and_verify_rates_on_a_million_rows() {
     println!("{rows} rows inserted in {:.1} s", t0.elapsed().as_secs_f64());
     let start = rt.block_on(env.binlog_now());
     let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
-    let dir = tk::state_root().join("configs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join(format!("{}.toml", env.prefix));
-    std::fs::write(&cfg, env.config_toml(&start, mapping)).unwrap();
-    let cfg = cfg.to_string_lossy().to_string();
+    let cfg = env.write_config(&env.config_toml(&start, mapping)).to_string_lossy().to_string();
 
     let (code, s, rss, took) = timed(&["bootstrap", "--config", &cfg, "--quiet"]);
     assert_eq!(code, 0, "{s}");

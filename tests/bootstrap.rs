@@ -18,32 +18,11 @@ use mysql_async::prelude::Queryable;
 use pipeline_env::*;
 use serde_json::{json, Value};
 
-fn block<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 /// Run `binval <cmd> --config cfg args...`; returns (exit code, stdout JSON lines, stderr).
-fn binval(cmd: &str, cfg: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_binval"));
-    c.arg(cmd).arg("--config").arg(cfg).args(args).env("RUST_LOG", "warn");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    let lines = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
-    (out.status.code().unwrap_or(-1), lines, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn write_config(env: &Env, text: &str) -> std::path::PathBuf {
-    let dir = tk::state_root().join("configs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(format!("{}.toml", env.prefix));
-    std::fs::write(&p, text).unwrap();
-    p
+fn binval(cmd: &str, cfg: &std::path::Path, args: &[&str], vars: &[(&str, &str)]) -> (i32, Vec<Value>, String) {
+    let cfg = cfg.to_string_lossy();
+    let (code, out, err) = binval_cli(&[&[cmd, "--config", &cfg], args].concat(), vars);
+    (code, json_lines(&out), err)
 }
 
 /// Count the keys of `pattern` in Redis (every master of a cluster).
@@ -71,7 +50,7 @@ async fn bootstrap_beside_a_writer_then_verify_finds_every_key_consistent() {
     // The rows exist before binval: no binlog event of theirs will ever reach it.
     env.exec(&format!("INSERT INTO items SELECT seq, CONCAT('s', seq), 0, CONCAT('title ', seq) FROM seq_1_to_{rows}")).await;
     let start = env.binlog_now().await;
-    let cfg = write_config(&env, &env.config_toml(&start, ITEMS));
+    let cfg = env.write_config(&env.config_toml(&start, ITEMS));
     let run = pipeline_env::start(env.config(&start, ITEMS));
 
     // A writer updates random rows for as long as the bootstrap runs.
@@ -156,7 +135,7 @@ async fn bootstrap_resumes_after_a_kill_dry_run_writes_nothing_and_errors_are_cl
     env.exec("INSERT INTO lazy SELECT seq, seq FROM seq_1_to_50").await;
     env.exec("CREATE TABLE nokey (x INT, y INT)").await;
     let start = env.binlog_now().await;
-    let cfg = write_config(&env, &env.config_toml(&start, PAIRS));
+    let cfg = env.write_config(&env.config_toml(&start, PAIRS));
     let pairs = format!("{}.pairs", env.db);
     let progress_key = format!("binval:{{{}}}:bootstrap", env.source_name);
     let mut r = env.redis_client();

@@ -4,25 +4,12 @@
 
 mod pipeline_env;
 
-use std::process::Command;
-
 use pipeline_env::*;
 use serde_json::{json, Value};
 
-fn block<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 fn inspect(cfg: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_binval"))
-        .arg("inspect")
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let cfg = cfg.to_string_lossy();
+    binval_cli(&[&["inspect", "--config", &cfg], args].concat(), &[])
 }
 
 const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\", \"{p}:sku:{sku}\"]\nreplicas = 4\n";
@@ -52,10 +39,7 @@ async fn inspect_shows_the_replicas_on_their_masters_and_the_row() {
     let env = Env::new("inspect", RedisKind::Cluster);
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, sku VARCHAR(20), price DECIMAL(6,2))").await;
     let start = env.binlog_now().await;
-    let dir = tk::state_root().join("configs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let cfg = dir.join(format!("{}.toml", env.prefix));
-    std::fs::write(&cfg, env.config_toml(&start, MAPPING)).unwrap();
+    let cfg = env.write_config(&env.config_toml(&start, MAPPING));
     let run = pipeline_env::start(env.config(&start, MAPPING));
     let v = env.exec_v("INSERT INTO items VALUES (6666, 'lamp-1', 9.90)").await;
     let key = format!("{}:item:6666", env.prefix);

@@ -14,31 +14,11 @@ use std::time::{Duration, Instant};
 use pipeline_env::*;
 use serde_json::{json, Value};
 
-fn block<T>(f: impl FnOnce() -> T) -> T {
-    tokio::task::block_in_place(f)
-}
-
 /// Run `binval verify --config cfg args...`; returns (exit code, the summary, stderr).
 fn verify(cfg: &std::path::Path, args: &[&str]) -> (i32, Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_binval"))
-        .arg("verify")
-        .arg("--config")
-        .arg(cfg)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let summary = stdout.lines().rev().find(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).unwrap_or(Value::Null);
-    (out.status.code().unwrap_or(-1), summary, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn write_config(env: &Env, text: &str) -> std::path::PathBuf {
-    let dir = tk::state_root().join("configs");
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(format!("{}.toml", env.prefix));
-    std::fs::write(&p, text).unwrap();
-    p
+    let cfg = cfg.to_string_lossy();
+    let (code, out, err) = binval_cli(&[&["verify", "--config", &cfg], args].concat(), &[]);
+    (code, json_lines(&out).pop().unwrap_or(Value::Null), err)
 }
 
 const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n";
@@ -48,7 +28,7 @@ async fn verify_finds_each_kind_of_mismatch_repair_fixes_them_and_lag_is_not_cou
     let env = Env::new("verify", RedisKind::Cluster);
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(20))").await;
     let start = env.binlog_now().await;
-    let cfg = write_config(&env, &env.config_toml(&start, MAPPING));
+    let cfg = env.write_config(&env.config_toml(&start, MAPPING));
     let run = pipeline_env::start(env.config(&start, MAPPING));
     let v = env.exec_v("INSERT INTO items SELECT seq, seq * 10, CONCAT('t', seq) FROM seq_1_to_20").await;
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
@@ -144,7 +124,7 @@ async fn verify_every_serves_its_metrics_and_stops_on_sigterm() {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(20))").await;
     env.exec("INSERT INTO items VALUES (1, 1, 'a'), (2, 2, 'b')").await;
     let start = env.binlog_now().await;
-    let cfg = write_config(&env, &env.config_toml(&start, MAPPING));
+    let cfg = env.write_config(&env.config_toml(&start, MAPPING));
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // Never bootstrapped: both keys are missing.
     let mut child = Command::new(env!("CARGO_BIN_EXE_binval"))

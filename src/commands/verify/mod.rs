@@ -256,6 +256,7 @@ pub async fn run(cfg: &Config, args: &VerifyCli, sink: &mut LineSink, shutdown: 
         }
     }
     ctx.expected_keys = None;
+    ctx.summary.interrupted = *ctx.shutdown.borrow();
     let confirmed = recheck::recheck(&mut ctx, &resolver).await?;
     for c in &confirmed {
         ctx.summary.confirmed(c.suspect.table, &c.findings);

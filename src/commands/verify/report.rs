@@ -81,6 +81,8 @@ pub struct VerifySummary {
     pub snapshot: Option<String>,
     /// `binval run`'s checkpoint when the recheck began (`file:pos`), if there is one.
     pub checkpoint: Option<String>,
+    /// A signal stopped the checks early: the counts cover what was checked.
+    pub interrupted: bool,
     /// Wall time, ms.
     pub elapsed_ms: u64,
     /// Rows read per second of wall time.
