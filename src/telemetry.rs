@@ -50,9 +50,9 @@
 //! | `binval_gtid_sequence` | gauge | seq | `position`, `domain` | GTID sequence number of the last transaction `read` / `acked`, per MariaDB GTID domain (MySQL: `domain` = server uuid) |
 //! | `binval_queue_depth` | gauge | items | `stage` | items waiting in each stage's output queue: `source` (transactions read, not yet applied), `apply` (transactions applied to Redis whose events are not yet acknowledged), `checkpoint` (events in the Kafka producer awaiting acknowledgement) |
 //! | `binval_queue_capacity` | gauge | items | `stage` | capacity of that queue (the reader / apply task wait when it is full) |
-//! | `binval_apply_group_transactions` | histogram | transactions | | transactions per applied group (1 until group apply, issue #15) |
+//! | `binval_apply_group_transactions` | histogram | transactions | | transactions per applied group (1 at low load; grows when binval falls behind) |
 //! | `binval_apply_group_keys` | histogram | key changes | | key changes per applied group |
-//! | `binval_transactions_spilled_total` | counter | transactions | | transactions whose row events were spilled to a temporary file (issue #15; 0 before it: nothing spills) |
+//! | `binval_transactions_spilled_total` | counter | transactions | | transactions whose row events were spilled to a temporary file (past `source.transaction_memory_mb`) |
 //! | `binval_xa_held` | gauge | transactions | | prepared XA transactions with changes of mapped tables held until their XA COMMIT / ROLLBACK (while > 0 the checkpoint stays at the oldest one's XA PREPARE, see `binlog::xa`) |
 //! | `binval_redis_apply_seconds` | histogram | s | | Redis time per applied transaction with mapped rows (all fenced writes acknowledged) |
 //! | `binval_kafka_delivery_seconds` | histogram | s | | enqueue (message timestamp) to the acknowledgement the checkpoint task sees, ms resolution |

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Ignored by default: 10M rows take tens of minutes and several GB of Redis and broker memory.
-//! The 1M-row figure of the issue's target is in docs/benchmarks.md (`scripts/loadbench.sh`).
+//! The 1M-row figure of the issue's target is in docs/benchmarks.md ("Under load").
 
 mod pipeline_env;
 

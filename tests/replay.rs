@@ -65,7 +65,9 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
     let (code, lines, err) = block(|| replay(&cfg, &["--from", &start]));
     assert_eq!(code, 0, "{err}");
     let summary = lines.last().unwrap();
-    assert_eq!(summary["transactions"], json!(4), "{summary}");
+    // Other tests write to the shared server meanwhile: their transactions are read too.
+    assert_eq!(summary["mapped_transactions"], json!(4), "{summary}");
+    assert!(summary["transactions"].as_u64().unwrap() >= 4, "{summary}");
     assert_eq!(summary["key_changes"], json!(6), "{summary}");
     assert_eq!(summary["changed"], json!(0), "{summary}");
     assert_eq!(summary["unchanged"], json!(6), "{summary}");

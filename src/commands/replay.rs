@@ -183,8 +183,12 @@ pub fn check_range(from: &StartPoint, to: &StartPoint) -> Result<(), String> {
 /// Totals of a replay, printed as one JSON line at the end.
 #[derive(Debug, Default, Serialize, Clone, PartialEq, Eq)]
 pub struct ReplaySummary {
-    /// Transactions read in the range (with or without mapped rows).
+    /// Transactions read in the range (with or without mapped rows: other databases' and
+    /// tables' transactions on the same server count too).
     pub transactions: u64,
+    /// Transactions of the range with changes of mapped tables (row changes, or a DDL that
+    /// made a mapped table's keys stale).
+    pub mapped_transactions: u64,
     /// Key changes in the range (after the per-transaction collapse).
     pub key_changes: u64,
     /// Key changes that moved a replica or a version token (dry run: would move).
@@ -369,6 +373,7 @@ async fn replay_range(
             continue;
         }
         summary.transactions += 1;
+        summary.mapped_transactions += u64::from(!txn.rows.is_empty() || !txn.invalidate_tables.is_empty());
         let (position, at_end) = (txn.position.clone(), reached(&txn, &range.to));
         let o = writer.apply_transaction(txn, out).await?;
         summary.key_changes += o.key_changes;

@@ -6,7 +6,14 @@
 //!
 //! Run by `scripts/demo.sh` (which starts the services and `binval run`); settings by env:
 //! DEMO_MYSQL_URL, DEMO_REDIS_URLS (comma-separated cluster seeds), DEMO_BROKERS, DEMO_TOPIC,
-//! DEMO_UPDATES (default 200), DEMO_KEYS (default 20).
+//! DEMO_UPDATES (default 200), DEMO_KEYS (default 20), DEMO_LOAD (background writer, commits/s;
+//! default 0 = none).
+//!
+//! With `DEMO_LOAD=N` a background writer runs single-row `UPDATE`s of 1,000 other rows at N
+//! commits/s (two connections) while the updates are timed, as an application's other traffic
+//! would; the demo then also prints the rate reached and the share of 20 ms samples in which
+//! each instance served from its local cache (the fail safe must not engage under a flowing
+//! stream, invariant I8).
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +32,7 @@ struct Settings {
     topic: String,
     updates: usize,
     keys: u32,
+    load: u32,
 }
 
 impl Settings {
@@ -39,6 +47,7 @@ impl Settings {
             topic: env("DEMO_TOPIC", "binval.invalidations"),
             updates: env("DEMO_UPDATES", "200").parse()?,
             keys: env("DEMO_KEYS", "20").parse()?,
+            load: env("DEMO_LOAD", "0").parse()?,
         })
     }
 }
@@ -47,6 +56,8 @@ impl Settings {
 fn key(id: u32) -> String {
     format!("item:detail:{id}")
 }
+
+mod load;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -60,9 +71,13 @@ async fn main() -> anyhow::Result<()> {
     println!("2 app instances listening on topic {}", cfg.topic);
 
     seed(&mut db, &apps, keys).await?;
+    let background = if cfg.load > 0 { Some(load::start(&cfg.mysql, cfg.load, &apps).await?) } else { None };
     let (mut lat, missing) = update_and_check(&mut db, &apps, updates, keys).await?;
     println!("{updates} updates of {keys} keys; commit -> local-cache eviction, per app instance (ms):");
     print_latencies(&mut lat);
+    if let Some(b) = background {
+        b.stop_and_report().await?;
+    }
     for (i, a) in apps.iter().enumerate() {
         let s = a.stats();
         println!(
@@ -92,6 +107,8 @@ async fn start_apps(cfg: &Settings) -> anyhow::Result<Vec<Consumer>> {
                 .topic(cfg.topic.clone())
                 .replicas(8)
                 .max_entries(10_000)
+                // Under DEMO_LOAD every other row's event is a notice too: room for seconds of them.
+                .eviction_channel_capacity(1 << 16)
                 .kafka_property("fetch.wait.max.ms", "5")
                 .build()
                 .await?,
@@ -183,7 +200,7 @@ async fn eviction_of(l: &mut tokio::sync::broadcast::Receiver<binval_consumer::E
             match l.recv().await {
                 Ok(n) if n.key == key && n.evicted => return true,
                 Ok(_) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue, // notices of other rows
                 Err(_) => return false,
             }
         }

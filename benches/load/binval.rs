@@ -1,0 +1,202 @@
+//! One `binval run` process of the release build: start, readiness, `/metrics`, CPU and
+//! peak RSS from `/proc`, lag sampling, SIGTERM.
+
+use std::collections::HashMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::setup::Bench;
+
+/// A running `binval run`.
+pub struct Binval {
+    child: Child,
+    log: std::path::PathBuf,
+    metrics: Scraper,
+}
+
+/// binval's metrics listener (`/metrics`, `/readyz`), over plain HTTP/1.0.
+#[derive(Clone)]
+pub struct Scraper {
+    addr: String,
+}
+
+impl Scraper {
+    async fn http(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let mut s = tokio::net::TcpStream::connect(&self.addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).as_bytes()).await?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await?;
+        let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        Ok((code, body))
+    }
+
+    /// One scrape of `/metrics`.
+    pub async fn scrape(&self) -> anyhow::Result<Metrics> {
+        Ok(Metrics::parse(&self.http("/metrics").await?.1))
+    }
+}
+
+/// One scrape of `/metrics`: `name` -> every sample `(labels text, value)`.
+pub struct Metrics(HashMap<String, Vec<(String, f64)>>);
+
+impl Metrics {
+    fn parse(text: &str) -> Metrics {
+        let mut m: HashMap<String, Vec<(String, f64)>> = HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(value) = value.parse::<f64>() else { continue };
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            m.entry(name.to_string()).or_default().push((labels.to_string(), value));
+        }
+        Metrics(m)
+    }
+
+    /// The sum of `name`'s samples whose labels contain every `k="v"` of `labels`.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let samples = self.0.get(name)?;
+        let matching: Vec<f64> =
+            samples.iter().filter(|(l, _)| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))).map(|(_, v)| *v).collect();
+        (!matching.is_empty()).then(|| matching.iter().sum())
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The index of a binlog file name (`mysql-bin.000042` -> 42).
+fn file_index(name: &str) -> u64 {
+    name.rsplit('.').next().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+impl Binval {
+    /// Write the cell's config and start `binval run` (returns at once).
+    pub fn spawn(bench: &Bench, cell: &str, start: &str, topic: &str) -> anyhow::Result<Binval> {
+        let port = free_port()?;
+        let cfg = bench.config(cell, start, topic, port)?;
+        let log = binval_testkit::state_root().join(format!("{}_{cell}.log", bench.prefix));
+        let child = Command::new(env!("CARGO_BIN_EXE_binval"))
+            .arg("run")
+            .arg("--config")
+            .arg(&cfg)
+            .env("RUST_LOG", "binval=info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        Ok(Binval { child, log, metrics: Scraper { addr: format!("127.0.0.1:{port}") } })
+    }
+
+    /// Wait until `/readyz` says ready (streaming, lag under its bound).
+    pub async fn wait_ready(&self, limit: Duration) -> anyhow::Result<()> {
+        let until = Instant::now() + limit;
+        loop {
+            if let Ok((200, _)) = self.metrics.http("/readyz").await {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < until, "binval not ready within {limit:?} (log: {})", self.log.display());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// One scrape of `/metrics`.
+    pub async fn scrape(&self) -> anyhow::Result<Metrics> {
+        self.metrics.scrape().await
+    }
+
+    fn proc_status(&self, field: &str) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// User + system CPU seconds of the process (all threads).
+    pub fn cpu_secs(&self) -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which may hold spaces) start after the last ')':
+        // utime and stime are the 12th and 13th of them.
+        let rest: Vec<&str> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+        let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        (field(11) + field(12)) as f64 / hz
+    }
+
+    /// Peak resident set (VmHWM), MiB.
+    pub fn peak_rss_mib(&self) -> f64 {
+        self.proc_status("VmHWM:") as f64 / 1024.0
+    }
+
+    /// Sample `binval_heartbeat_lag_seconds` every `every` until [`LagSampler::finish`].
+    pub fn sample_every(&self, every: Duration) -> LagSampler {
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (me, out) = (self.metrics.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stopped.wait_for(|v| *v) => break,
+                }
+                if let Ok(m) = me.scrape().await {
+                    if let Some(lag) = m.get("binval_heartbeat_lag_seconds", &[]) {
+                        out.lock().unwrap().push(lag);
+                    }
+                }
+            }
+        });
+        LagSampler { samples, stop, task }
+    }
+
+    /// Wait until binval acknowledged everything up to `at` (file, pos); how long it took.
+    pub async fn wait_acked(&self, at: &(String, u64), limit: Duration) -> Option<Duration> {
+        let t0 = Instant::now();
+        let want = (file_index(&at.0), at.1);
+        while t0.elapsed() < limit {
+            if let Ok(m) = self.scrape().await {
+                let file = m.get("binval_binlog_file_index", &[("position", "acked")]).unwrap_or(0.0) as u64;
+                let pos = m.get("binval_binlog_position_bytes", &[("position", "acked")]).unwrap_or(0.0) as u64;
+                if (file, pos) >= want {
+                    return Some(t0.elapsed());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
+    /// SIGTERM and wait (30 s at most, then SIGKILL); the exit code.
+    pub async fn stop(mut self) -> i32 {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code().unwrap_or(-1);
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                return -9;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The lag samples of a running cell.
+pub struct LagSampler {
+    samples: Arc<Mutex<Vec<f64>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LagSampler {
+    /// Stop sampling; the samples, seconds.
+    pub async fn finish(self) -> Vec<f64> {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}

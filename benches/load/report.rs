@@ -1,0 +1,126 @@
+//! The tables the benchmark prints.
+
+use std::time::Duration;
+
+use crate::apps::{Evictions, Served};
+use crate::catchup::Catchup;
+use crate::Rate;
+
+/// The figures of one writer rate.
+pub struct Cell {
+    pub rate: Rate,
+    pub writer_per_s: f64,
+    pub binval_tx_per_s: f64,
+    pub binval_rows_per_s: f64,
+    pub cpu_us_per_tx: f64,
+    /// `binval_heartbeat_lag_seconds` every 100 ms while writing and catching up.
+    pub lag_s: Vec<f64>,
+    /// From the writer's stop to everything it wrote acknowledged (None: not within 5 min).
+    pub caught_up: Option<Duration>,
+    /// `binval_heartbeat_lag_seconds` 2 s after the writer stopped.
+    pub lag_after_2s: Option<f64>,
+    pub evictions: Evictions,
+    pub served_locally: Served,
+    pub peak_rss_mib: f64,
+}
+
+/// `200/s` or `max`.
+pub fn rate_name(r: Rate) -> String {
+    r.map(|r| format!("{r}")).unwrap_or_else(|| "max".into())
+}
+
+/// (p50, p99, max) of `v`; NaN when empty.
+fn quantiles(v: &[f64]) -> (f64, f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);
+    (q(0.5), q(0.99), q(1.0))
+}
+
+/// The per-rate table.
+pub fn print_cells(cells: &[Cell]) {
+    println!(
+        "\n| writer target | writer commits/s | binval tx/s | binval rows/s | CPU µs/tx | lag p50 / p99 / max, s | caught up after stop, s | lag 2 s after stop, s | commit -> eviction p50 / p99 / max, ms (per instance) | served locally | peak RSS MiB |"
+    );
+    println!("|---|---:|---:|---:|---:|---|---:|---:|---|---|---:|");
+    for c in cells {
+        let (l50, l99, lmax) = quantiles(&c.lag_s);
+        let ev: Vec<String> = c
+            .evictions
+            .ms
+            .iter()
+            .map(|v| {
+                let (a, b, m) = quantiles(v);
+                format!("{a:.1} / {b:.1} / {m:.1}")
+            })
+            .collect();
+        let served: Vec<String> = c.served_locally.iter().map(|(s, n)| format!("{:.1}%", 100.0 * *s as f64 / (*n).max(1) as f64)).collect();
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {l50:.3} / {l99:.3} / {lmax:.3} | {} | {} | {}{} | {} | {:.0} |",
+            rate_name(c.rate),
+            c.writer_per_s,
+            c.binval_tx_per_s,
+            c.binval_rows_per_s,
+            c.cpu_us_per_tx,
+            c.caught_up.map(|d| format!("{:.2}", d.as_secs_f64())).unwrap_or_else(|| "no (5 min)".into()),
+            c.lag_after_2s.map(|l| format!("{l:.3}")).unwrap_or_else(|| "-".into()),
+            ev.join("; "),
+            if c.evictions.missing + c.evictions.not_held > 0 {
+                format!(" ({} missing, {} not held)", c.evictions.missing, c.evictions.not_held)
+            } else {
+                String::new()
+            },
+            served.join(" / "),
+            c.peak_rss_mib,
+        );
+    }
+}
+
+/// What the columns mean.
+pub fn explain_cells() {
+    println!(
+        "
+writer commits/s: single-row autocommit UPDATEs by the writer's connections (paced, or as fast as they go).
+binval tx/s, rows/s: binval_transactions_total / binval_rows_total over the writing and the catch-up after it (heartbeat rows included).
+CPU µs/tx: binval's CPU time (user + system, all threads) over the same span, per transaction.
+lag: binval_heartbeat_lag_seconds (heartbeat row every 100 ms) sampled every 100 ms.
+caught up after stop: from the writer's last commit to binval's acknowledged position passing the binlog end at that moment.
+commit -> eviction: a probe updates a row both app instances hold every 50 ms; commit returned -> the instance applied its event.
+served locally: share of 20 ms samples in which the instance served from its local cache (fail safe not engaged).
+peak RSS: VmHWM of the binval process of the cell."
+    );
+}
+
+/// The catch-up table.
+pub fn print_catchup(c: &Catchup) {
+    println!(
+        "\nCatch-up over the same binlog ({} single-row transactions, {}:{} .. {}:{}):\n",
+        c.transactions, c.from.0, c.from.1, c.to.0, c.to.1
+    );
+    println!("| reader | what it does | seconds | rows/s | CPU µs/tx | peak RSS MiB |");
+    println!("|---|---|---:|---:|---:|---:|");
+    let py_rate = match &c.python {
+        Ok((rows, secs)) => {
+            println!("| python-mysql-replication | decode only | {secs:.1} | {:.0} | | |", *rows as f64 / secs);
+            Some(*rows as f64 / secs)
+        }
+        Err(why) => {
+            println!("| python-mysql-replication | {why} | | | | |");
+            None
+        }
+    };
+    match c.binval_secs {
+        Some(s) => {
+            let rate = c.transactions as f64 / s;
+            println!(
+                "| binval run | decode, 8 suffix replicas on a 3-master Cluster, events to Kafka, checkpoint | {s:.1} | {rate:.0} | {:.0} | {:.0} |",
+                c.binval_cpu_secs * 1e6 / c.transactions as f64,
+                c.binval_rss_mib
+            );
+            if let Some(p) = py_rate {
+                println!("\nbinval / python-mysql-replication: {:.2}x", rate / p);
+            }
+        }
+        None => println!("| binval run | did not catch up within 15 min | | | | |"),
+    }
+}

@@ -1,0 +1,133 @@
+//! The services (binval-testkit: MariaDB with a row binlog, a 3-master Redis Cluster, tansu,
+//! each on free loopback ports) and the mapped table of the benchmark.
+
+use mysql_async::prelude::Queryable;
+
+use binval_testkit as tk;
+
+/// Probe rows (ids above the writer's range): the eviction latency is timed on them.
+pub const PROBES: u32 = 20;
+
+/// The benchmark's database and services.
+pub struct Bench {
+    /// The database holding `items` (and binval's heartbeat table).
+    pub db: String,
+    /// Prefix of every logical key (`<prefix>:item:<id>`).
+    pub prefix: String,
+    /// Rows the writer updates (`1..=rows`); probe rows follow.
+    pub rows: u32,
+    pub mysql_root: String,
+    pub cluster: Vec<String>,
+    pub brokers: String,
+    /// The binlog position before the rows were inserted (where the seeding run starts).
+    pub before_rows: (String, u64),
+}
+
+impl Bench {
+    /// Start (or reuse) the services, create the database, the table and its rows, and let the
+    /// binlog reader's user write the heartbeat table there.
+    pub async fn new(rows: u32) -> anyhow::Result<Bench> {
+        let db = tk::mariadb().create_database("load")?;
+        let mut bench = Bench {
+            prefix: tk::unique_name("load"),
+            db,
+            rows,
+            mysql_root: tk::mariadb().root_url(),
+            cluster: tk::redis_cluster().urls(),
+            brokers: tk::broker().bootstrap(),
+            before_rows: (String::new(), 0),
+        };
+        let mut c = mysql_async::Conn::from_url(bench.app_url()).await?;
+        c.query_drop("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(200) NOT NULL, price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, updated DATETIME(3) NOT NULL)").await?;
+        bench.before_rows = bench.binlog_now().await?;
+        c.query_drop(format!(
+            "INSERT INTO items SELECT seq, CONCAT('product ', seq), 10.00, 1000000, NOW(3) FROM seq_1_to_{}",
+            rows + PROBES
+        ))
+        .await?;
+        c.query_drop(format!("GRANT CREATE, INSERT, UPDATE ON `{}`.* TO 'binval'@'%'", bench.db)).await?;
+        c.disconnect().await?;
+        Ok(bench)
+    }
+
+    /// The app's connection URL (root, the benchmark's database).
+    pub fn app_url(&self) -> String {
+        format!("{}/{}", self.mysql_root, self.db)
+    }
+
+    /// The probe rows' ids.
+    pub fn probe_ids(&self) -> Vec<u32> {
+        (self.rows + 1..=self.rows + PROBES).collect()
+    }
+
+    /// The logical key of row `id`.
+    pub fn key(&self, id: u32) -> String {
+        format!("{}:item:{id}", self.prefix)
+    }
+
+    /// A new topic of 3 partitions (a fresh one per cell: tansu's fetch cost grows with the
+    /// batches a partition holds, see docs/benchmarks.md).
+    pub fn fresh_topic(&self, cell: &str) -> anyhow::Result<String> {
+        let t = format!("{}_{cell}", self.prefix);
+        tk::broker().create_topic(&t, 3)?;
+        Ok(t)
+    }
+
+    /// `SHOW MASTER STATUS`: (file, position).
+    pub async fn binlog_now(&self) -> anyhow::Result<(String, u64)> {
+        let mut c = mysql_async::Conn::from_url(self.app_url()).await?;
+        let row: mysql_async::Row = c.query_first("SHOW MASTER STATUS").await?.ok_or_else(|| anyhow::anyhow!("binlog off"))?;
+        let (f, p): (String, u64) = (row.get(0).unwrap_or_default(), row.get(1).unwrap_or_default());
+        c.disconnect().await?;
+        Ok((f, p))
+    }
+
+    /// binval's config for one cell, written to the testkit's state folder.
+    pub fn config(&self, cell: &str, start: &str, topic: &str, metrics_port: u16) -> anyhow::Result<std::path::PathBuf> {
+        let urls: Vec<String> = self.cluster.iter().map(|u| format!("\"{u}\"")).collect();
+        let text = format!(
+            r#"[source]
+name = "{prefix}_{cell}"
+url = "{repl}"
+server_id = {sid}
+start = "{start}"
+heartbeat_table = "{db}.heartbeat"
+heartbeat_interval_ms = 100
+
+[redis]
+mode = "cluster"
+urls = [{urls}]
+
+[kafka]
+brokers = "{brokers}"
+topic = "{topic}"
+create_topic = false
+
+[checkpoint]
+store = "redis"
+interval_ms = 1000
+
+[metrics]
+listen = "127.0.0.1:{metrics_port}"
+
+[[mappings]]
+table = "{db}.items"
+keys = ["{prefix}:item:{{id}}"]
+replicas = 8
+payload = "row"
+mode = "write-through"
+"#,
+            prefix = self.prefix,
+            repl = tk::mariadb().repl_url(),
+            sid = 20_000 + std::process::id() % 10_000,
+            db = self.db,
+            urls = urls.join(", "),
+            brokers = self.brokers,
+        );
+        let dir = tk::state_root().join("configs");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{}_{cell}.toml", self.prefix));
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+}
