@@ -42,9 +42,26 @@ fn count_keys(env: &Env, pattern: &str) -> usize {
 
 const ITEMS: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\", \"{p}:sku:{sku}\"]\nreplicas = 2\n";
 
+/// CI: 25,000 rows (`BINVAL_BOOTSTRAP_ROWS` overrides); the 100,000 rows of the issue take
+/// 26 s of debug-build test time on an idle 2-core machine and about twice that while other
+/// builds run, so they are the opt-in test below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootstrap_beside_a_writer_then_verify_finds_every_key_consistent() {
-    let rows: u64 = std::env::var("BINVAL_BOOTSTRAP_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
+    let rows: u64 = std::env::var("BINVAL_BOOTSTRAP_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(25_000);
+    bootstrap_beside_a_writer(rows).await;
+}
+
+/// The issue's size: `cargo test --test bootstrap -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "opt-in: 100,000 rows, ~30-60 s in a debug build"]
+async fn bootstrap_of_100k_rows_beside_a_writer_then_verify_finds_every_key_consistent() {
+    bootstrap_beside_a_writer(100_000).await;
+}
+
+/// Bootstrap a table of `rows` rows filled before binval started, while a writer updates
+/// random rows; then verify finds every key consistent and the changed rows hold their newest
+/// value.
+async fn bootstrap_beside_a_writer(rows: u64) {
     let env = Env::new("bootstrap", RedisKind::Standalone);
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, sku VARCHAR(20) NOT NULL UNIQUE, v INT NOT NULL, title VARCHAR(40))").await;
     // The rows exist before binval: no binlog event of theirs will ever reach it.
@@ -146,7 +163,7 @@ async fn bootstrap_resumes_after_a_kill_dry_run_writes_nothing_and_errors_are_cl
     let s = &lines[0];
     assert_eq!((s["dry_run"].clone(), s["rows"].clone(), s["changed"].clone()), (json!(true), json!(4000), json!(4000)), "{s}");
     assert_eq!(block(|| count_keys(&env, &format!("{}:*", env.prefix))), 0, "dry run wrote no key");
-    assert_eq!(block(|| r.cmd::<bool>(redis::cmd("EXISTS").arg(&progress_key))), false, "nor progress");
+    assert!(!block(|| r.cmd::<bool>(redis::cmd("EXISTS").arg(&progress_key))), "nor progress");
 
     // Killed after its third chunk (kill -9 right after the progress save) ...
     let (code, _, err) = block(|| {
