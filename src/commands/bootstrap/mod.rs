@@ -51,17 +51,17 @@ use report::BootstrapSummary;
 #[derive(Debug, Clone, clap::Args)]
 pub struct BootstrapCli {
     /// Only this mapped table (`schema.table`); repeat for several. Default: every mapped table.
-    #[arg(long = "table")]
+    #[arg(long = "table", value_name = "SCHEMA.TABLE")]
     pub tables: Vec<String>,
     /// Only rows matching this SQL condition (ANDed to the scan, e.g. "updated_at > NOW() - INTERVAL 30 DAY").
-    #[arg(long = "where")]
+    #[arg(long = "where", value_name = "SQL")]
     pub filter: Option<String>,
     /// At most this many rows per second (default: as fast as Redis takes them).
-    #[arg(long)]
+    #[arg(long, value_name = "ROWS_PER_S")]
     pub rate: Option<u32>,
     /// Rows per chunk: read in one snapshot, written in one batch, saved as progress after it.
     /// Bounds memory.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, value_name = "ROWS", default_value_t = 1000)]
     pub chunk_rows: u32,
     /// Read and compare, write nothing (no replicas, tokens, events or progress).
     #[arg(long)]

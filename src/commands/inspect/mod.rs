@@ -27,13 +27,13 @@ use topology::{SlotOwner, Topology};
 #[derive(Debug, Clone, clap::Args)]
 pub struct InspectCli {
     /// The logical key (e.g. item:detail:6666), without a replica suffix.
-    #[arg(required_unless_present = "table", conflicts_with_all = ["table", "pk"])]
+    #[arg(value_name = "KEY", required_unless_present = "table", conflicts_with_all = ["table", "pk"])]
     pub key: Option<String>,
     /// The mapped table of the row (`schema.table`), with --pk: inspect every key it maps to.
-    #[arg(long, requires = "pk")]
+    #[arg(long, value_name = "SCHEMA.TABLE", requires = "pk")]
     pub table: Option<String>,
     /// The row's primary key value; repeat for each column of a composite key, in key order.
-    #[arg(long, requires = "table")]
+    #[arg(long, value_name = "VALUE", requires = "table")]
     pub pk: Vec<String>,
     /// One JSON object instead of the table.
     #[arg(long)]
@@ -142,13 +142,7 @@ pub async fn inspect(cfg: &Config, args: &InspectCli) -> Result<Inspection, Erro
         None => changes,
     };
     let states = redis.read_key_states(&keys.iter().map(|c| (c.key.as_str(), c.replicas)).collect::<Vec<_>>()).await?;
-    let addr = cfg
-        .redis
-        .urls
-        .first()
-        .map(|u| u.trim_start_matches("redis://").trim_start_matches("rediss://").trim_end_matches('/').to_string())
-        .unwrap_or_default();
-    let topo = Topology::read(&redis, &addr).await?;
+    let topo = Topology::read(&redis, &topology::host_port(cfg.redis.urls.first().map(String::as_str).unwrap_or_default())).await?;
     let mut reports = Vec::with_capacity(keys.len());
     for (c, state) in keys.iter().zip(states) {
         reports.push(key_report(&redis, &topo, &mapping, c, &state, row.is_some() || !row_source.starts_with("not read")).await?);

@@ -47,6 +47,13 @@ impl Topology {
     }
 }
 
+/// `host:port` of a `redis://[user:password@]host:port[/db]` URL (no credentials).
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or_default().to_string()
+}
+
 /// The ranges of a `CLUSTER SLOTS` reply (malformed entries are skipped).
 pub fn parse_cluster_slots(reply: &Value) -> Vec<(u16, u16, SlotOwner)> {
     let Value::Array(ranges) = reply else { return Vec::new() };
@@ -90,5 +97,11 @@ mod tests {
         assert_eq!(t.owner(5460), Some(SlotOwner { master: "10.0.0.1:7000".into(), replicas: vec!["10.0.0.4:7003".into()] }));
         assert_eq!(t.owner(16383).unwrap().master, "10.0.0.2:7001");
         assert_eq!(Topology::Cluster(Vec::new()).owner(1), None);
+    }
+
+    #[test]
+    fn addresses_leave_credentials_out() {
+        assert_eq!(host_port("redis://127.0.0.1:6379"), "127.0.0.1:6379");
+        assert_eq!(host_port("rediss://user:se@cret@h:6380/2?x=1"), "h:6380");
     }
 }

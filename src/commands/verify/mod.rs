@@ -50,18 +50,18 @@ pub const MAX_SUSPECTS: usize = 100_000;
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyCli {
     /// Only this mapped table (`schema.table`); repeat for several. Default: every mapped table.
-    #[arg(long = "table")]
+    #[arg(long = "table", value_name = "SCHEMA.TABLE")]
     pub tables: Vec<String>,
     /// Check about this percentage of the rows (0 < PCT <= 100), chosen at random by the
     /// server, and of the keys of the reverse check.
-    #[arg(long, conflicts_with = "keys")]
+    #[arg(long, value_name = "PCT", conflicts_with = "keys")]
     pub sample: Option<f64>,
     /// Check only these logical keys (no table scan, no SCAN).
-    #[arg(long, num_args = 1..)]
+    #[arg(long, value_name = "KEY", num_args = 1..)]
     pub keys: Vec<String>,
     /// Judge a difference again after this many ms; count it only if it is still there with no
     /// newer change in between.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
     pub recheck_ms: u64,
     /// Rewrite confirmed mismatches through the fenced writes at a fresh snapshot's position and
     /// publish their invalidation events.
@@ -71,13 +71,13 @@ pub struct VerifyCli {
     #[arg(long)]
     pub no_reverse: bool,
     /// Write mismatch lines to this file (appended) instead of stderr.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub mismatches: Option<std::path::PathBuf>,
     /// Run again this long after each run ends (e.g. 15m), until SIGTERM; exit 0 then.
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub every: Option<Duration>,
     /// Serve the binval_verify_* metrics and /healthz on this ip:port.
-    #[arg(long)]
+    #[arg(long, value_name = "IP:PORT")]
     pub metrics_listen: Option<String>,
 }
 
