@@ -110,6 +110,11 @@ pub enum DefiniteError {
     /// The checkpoint store holds something that is not a checkpoint.
     #[error("checkpoint at {location} is unreadable: {message}")]
     BadCheckpoint { location: String, message: String },
+    /// A mapped table cannot be read by a table scan (`binval bootstrap`, `verify`,
+    /// `inspect`): it does not exist, has no key to scan in order, or the source refused the
+    /// query (a `--where` filter it cannot run, a missing SELECT grant).
+    #[error("table {table}: {message}")]
+    Scan { table: String, message: String },
 }
 
 /// Failures that are retried with backoff.

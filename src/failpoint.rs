@@ -14,6 +14,7 @@
 //! | `kafka.before_enqueue` | Redis done for the key, its event not yet handed to the producer |
 //! | `checkpoint.before_save` | events acknowledged, checkpoint not yet written |
 //! | `checkpoint.after_save` | checkpoint written |
+//! | `bootstrap.after_chunk` | `binval bootstrap`: a chunk written and its progress saved |
 //!
 //! This is test tooling compiled into the release binary on purpose: the harness must kill the
 //! binary operators run, not a special build.

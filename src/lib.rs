@@ -20,7 +20,8 @@
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
 //! | - | [`monitor`] | `binval run`'s gauges sampled once a second from the pipeline's state: lag, positions, queues, readiness |
-//! | - | [`commands`] | the `binval` subcommands: run, check (with the replica placement report, [`commands::placement`]), replay, republish, decode, status |
+//! | - | [`scan`] | the mapped tables read now, in consistent snapshots with a known binlog position (bootstrap, verify, inspect) |
+//! | - | [`commands`] | the `binval` subcommands: run, check (with the replica placement report, [`commands::placement`]), replay, republish, decode, status, bootstrap, verify, inspect |
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
 //! [`error`], [`security`] (TLS, authentication and secrets of the three connections; least
@@ -30,7 +31,8 @@
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
 //! `failpoint` and `binlog::decode` import nothing of binval's; `error`, then `security`, then
 //! `redis_conn` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
-//! `monitor` <- `commands` <- `main`. The key layout, the invalidation event, the fenced scripts and the
+//! `monitor` <- `commands` <- `main`, and `scan` (on `binlog`, `mapping`, `write`) <-
+//! `commands`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
 //! the `binval-protocol` crate, shared with `binval-consumer` (the reader side).
 //!
@@ -54,7 +56,9 @@
 //!   [`write::apply`] enqueues a transaction's events only after its Redis writes are
 //!   acknowledged.
 //! * I2 no regression: every write is fenced by the change's fence position ([`write::fence`],
-//!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]).
+//!   scripts in `binval_protocol::fence`) and by the tenure's fencing token ([`ha::lease`]);
+//!   rows a table scan writes (`binval bootstrap`, `verify --repair`) are fenced by the fence
+//!   position of the consistent snapshot they were read in ([`scan::snapshot`]).
 //! * I3 no loss: [`ha::checkpoint_task`] moves the checkpoint only past transactions whose
 //!   writes and events were all acknowledged, and never past the XA PREPARE of a prepared XA
 //!   transaction whose changes are held ([`binlog::xa`]); [`binlog::reader`] resumes from the
@@ -84,6 +88,7 @@ pub mod mapping;
 pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod scan;
 pub mod security;
 pub mod start_point;
 pub mod telemetry;

@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+use binval::commands::bootstrap::BootstrapCli;
+use binval::commands::inspect::InspectCli;
 use binval::commands::replay::ReplayCli;
+use binval::commands::verify::VerifyCli;
 use binval::config::Config;
 use binval::error::Error;
 
@@ -82,6 +85,40 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Fill the replicas and version tokens of the existing rows of the mapped tables from a
+    /// table scan, beside a live `run`: chunks in primary-key order, each read in a consistent
+    /// snapshot and written through the fenced writes at its binlog position (a change
+    /// committed later always wins). Resumable (progress in Redis), rate limited; prints a JSON
+    /// summary. No invalidation events unless --publish. MariaDB sources.
+    Bootstrap {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        #[command(flatten)]
+        args: BootstrapCli,
+    },
+    /// Check Redis against the database: each row's keys (every replica's payload and
+    /// position, the version token), and keys whose row no longer exists. Differences are
+    /// judged again after --recheck-ms and counted only without a newer change in between.
+    /// JSON summary on stdout (consistency in nines), one JSON line per mismatch on stderr.
+    /// Exit 0 consistent, 3 mismatches found. MariaDB sources.
+    Verify {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        #[command(flatten)]
+        args: VerifyCli,
+    },
+    /// One key in full: each replica's name, hash slot, master (and its replicas), position,
+    /// fencing token, payload size and TTL; the version token; whether they agree; the
+    /// database row the key should hold. Read-only.
+    Inspect {
+        /// Config file (TOML or YAML): the same as `run`'s.
+        #[arg(long, short, env = "BINVAL_CONFIG")]
+        config: PathBuf,
+        #[command(flatten)]
+        args: InspectCli,
+    },
     /// Decode a binlog file offline: one JSON line per event and per row (canonical values).
     /// Exits 1 with the file and position when the file is truncated, corrupt or undecodable.
     Decode {
@@ -108,7 +145,10 @@ fn main() -> ExitCode {
         | Command::Check { config }
         | Command::Replay { config, .. }
         | Command::Republish { config, .. }
-        | Command::Status { config, .. } => config.clone(),
+        | Command::Status { config, .. }
+        | Command::Bootstrap { config, .. }
+        | Command::Verify { config, .. }
+        | Command::Inspect { config, .. } => config.clone(),
         Command::Decode { binlog_file, start, stop, hidden_columns } => {
             let opts = binval::binlog::offline::DecodeOptions { start: *start, stop: *stop, hidden_columns: *hidden_columns };
             return binval::commands::decode::decode(binlog_file, &opts);
@@ -130,17 +170,24 @@ fn main() -> ExitCode {
     binval_security::install_crypto_provider();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     let result = rt.block_on(async move {
-        match cli.command {
+        let done = match cli.command {
             Command::Run { .. } => binval::commands::run::run(cfg).await,
             Command::Check { .. } => binval::commands::check::check(cfg).await,
             Command::Replay { args, .. } => binval::commands::replay::cli(cfg, args).await,
             Command::Republish { from, to, dry_run, .. } => binval::commands::republish::cli(&cfg, &from, to.as_deref(), dry_run).await,
             Command::Status { json, .. } => binval::commands::status::cli(&cfg, json).await,
+            Command::Bootstrap { args, .. } => binval::commands::bootstrap::cli(cfg, args).await,
+            Command::Inspect { args, .. } => binval::commands::inspect::cli(&cfg, args).await,
+            // 3: confirmed mismatches (the command ran, Redis and the database differ).
+            Command::Verify { args, .. } => {
+                return binval::commands::verify::cli(cfg, args).await.map(|ok| if ok { ExitCode::SUCCESS } else { ExitCode::from(3) })
+            }
             Command::Decode { .. } => unreachable!("handled without a config"),
-        }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     });
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             if json {
                 tracing::error!(error = %e, "binval stopped");

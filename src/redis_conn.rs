@@ -207,15 +207,22 @@ impl RedisConn {
     /// Errors are classified per [`classify_redis`], naming the pattern.
     pub async fn scan_match(&self, pattern: &str) -> Result<Vec<String>, Error> {
         let mut keys: Vec<String> = Vec::new();
+        self.scan_each(pattern, &mut |batch| keys.extend(batch)).await?;
+        Ok(keys)
+    }
+
+    /// [`RedisConn::scan_match`] without holding the keys: each batch `SCAN` returns is handed
+    /// to `f` as it comes (a key may come more than once).
+    pub async fn scan_each(&self, pattern: &str, f: &mut (dyn FnMut(Vec<String>) + Send)) -> Result<(), Error> {
         match self {
-            RedisConn::Standalone(c) => scan_into(&mut c.clone(), pattern, &mut keys).await?,
+            RedisConn::Standalone(c) => scan_into(&mut c.clone(), pattern, f).await?,
             RedisConn::Cluster(..) => {
                 for mut node in self.cluster_masters().await? {
-                    scan_into(&mut node, pattern, &mut keys).await?;
+                    scan_into(&mut node, pattern, f).await?;
                 }
             }
         }
-        Ok(keys)
+        Ok(())
     }
 
     /// A plain connection to every Cluster master (`CLUSTER SLOTS`); empty for standalone.
@@ -400,8 +407,12 @@ impl RedisConn {
     }
 }
 
-/// `SCAN MATCH pattern` over one node, appending the keys found.
-async fn scan_into<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, keys: &mut Vec<String>) -> Result<(), Error> {
+/// `SCAN MATCH pattern` over one node, handing each batch of keys found to `f`.
+async fn scan_into<C: redis::aio::ConnectionLike>(
+    conn: &mut C,
+    pattern: &str,
+    f: &mut (dyn FnMut(Vec<String>) + Send),
+) -> Result<(), Error> {
     let mut cursor: u64 = 0;
     loop {
         let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -413,7 +424,7 @@ async fn scan_into<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, k
             .query_async(conn)
             .await
             .map_err(|e| classify_redis(e, pattern))?;
-        keys.extend(batch);
+        f(batch);
         cursor = next;
         if cursor == 0 {
             return Ok(());

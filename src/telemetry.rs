@@ -69,6 +69,16 @@
 //! | `binval_replay_events_total` | counter | events | | events replay published |
 //! | `binval_replay_position_bytes` | gauge | bytes | `position` | replay's `read` position and its `end` (`--to`, when a binlog position), offsets in their files |
 //! | `binval_replay_file_index` | gauge | index | `position` | file index of those positions |
+//! | `binval_verify_runs_total` | counter | runs | `result` | `binval verify --metrics-listen` (or `--every`): runs ended `consistent` or `inconsistent` (confirmed mismatches), or `failed` (an error) |
+//! | `binval_verify_last_run_timestamp_seconds` | gauge | Unix s | | when the last verify run ended (alert when it stops moving) |
+//! | `binval_verify_duration_seconds` | gauge | s | | wall time of the last run |
+//! | `binval_verify_rows_checked` | gauge | rows | | rows the last run read |
+//! | `binval_verify_keys_checked` | gauge | keys | | keys the last run checked |
+//! | `binval_verify_mismatched_keys` | gauge | keys | | keys with a confirmed mismatch in the last run |
+//! | `binval_verify_mismatches` | gauge | findings | `kind` | the last run's confirmed findings: `missing`, `stale`, `extra`, `version` |
+//! | `binval_verify_unsettled` | gauge | keys | | keys that differed twice but changed in between (lag, not counted) in the last run |
+//! | `binval_verify_nines` | gauge | nines | | the last run's consistency as nines (`-log10(mismatched / checked)`; `log10(checked)` when none) |
+//! | `binval_verify_repaired_total` | counter | keys | | keys `--repair` rewrote and found consistent after |
 //!
 //! Who emits what: the reader ([`crate::binlog::reader`]: connection, read position), the apply
 //! task ([`crate::write::apply`]), the checkpoint task and store ([`crate::ha`]), the lease
@@ -162,6 +172,26 @@ pub mod names {
     pub const REPLAY_POSITION: &str = "binval_replay_position_bytes";
     /// gauge, label `position` (`read`, `end`).
     pub const REPLAY_FILE_INDEX: &str = "binval_replay_file_index";
+    /// counter, label `result` (`consistent`, `inconsistent`, `failed`).
+    pub const VERIFY_RUNS: &str = "binval_verify_runs_total";
+    /// gauge, Unix seconds.
+    pub const VERIFY_LAST_RUN_TS: &str = "binval_verify_last_run_timestamp_seconds";
+    /// gauge, seconds.
+    pub const VERIFY_DURATION: &str = "binval_verify_duration_seconds";
+    /// gauge, rows.
+    pub const VERIFY_ROWS_CHECKED: &str = "binval_verify_rows_checked";
+    /// gauge, keys.
+    pub const VERIFY_KEYS_CHECKED: &str = "binval_verify_keys_checked";
+    /// gauge, keys.
+    pub const VERIFY_MISMATCHED_KEYS: &str = "binval_verify_mismatched_keys";
+    /// gauge, label `kind`.
+    pub const VERIFY_MISMATCHES: &str = "binval_verify_mismatches";
+    /// gauge, keys.
+    pub const VERIFY_UNSETTLED: &str = "binval_verify_unsettled";
+    /// gauge, nines.
+    pub const VERIFY_NINES: &str = "binval_verify_nines";
+    /// counter, keys.
+    pub const VERIFY_REPAIRED: &str = "binval_verify_repaired_total";
 
     /// Every name, for the docs test and the dashboards' check.
     pub const ALL: &[&str] = &[
@@ -204,6 +234,16 @@ pub mod names {
         REPLAY_EVENTS,
         REPLAY_POSITION,
         REPLAY_FILE_INDEX,
+        VERIFY_RUNS,
+        VERIFY_LAST_RUN_TS,
+        VERIFY_DURATION,
+        VERIFY_ROWS_CHECKED,
+        VERIFY_KEYS_CHECKED,
+        VERIFY_MISMATCHED_KEYS,
+        VERIFY_MISMATCHES,
+        VERIFY_UNSETTLED,
+        VERIFY_NINES,
+        VERIFY_REPAIRED,
     ];
 
     /// Names defined and not emitted by the code of today (the dashboards and alerts may
@@ -624,6 +664,16 @@ fn describe() {
     describe_counter!(REPLAY_EVENTS, "events replay published");
     describe_gauge!(REPLAY_POSITION, Unit::Bytes, "replay's read and end positions (offsets)");
     describe_gauge!(REPLAY_FILE_INDEX, "file index of replay's read and end positions");
+    describe_counter!(VERIFY_RUNS, "verify runs by result (consistent/inconsistent/failed)");
+    describe_gauge!(VERIFY_LAST_RUN_TS, Unit::Seconds, "when the last verify run ended, Unix s");
+    describe_gauge!(VERIFY_DURATION, Unit::Seconds, "wall time of the last verify run");
+    describe_gauge!(VERIFY_ROWS_CHECKED, "rows the last verify run read");
+    describe_gauge!(VERIFY_KEYS_CHECKED, "keys the last verify run checked");
+    describe_gauge!(VERIFY_MISMATCHED_KEYS, "keys with a confirmed mismatch in the last verify run");
+    describe_gauge!(VERIFY_MISMATCHES, "confirmed findings of the last verify run by kind");
+    describe_gauge!(VERIFY_UNSETTLED, "keys that differed twice but changed in between (lag) in the last verify run");
+    describe_gauge!(VERIFY_NINES, "consistency of the last verify run in nines");
+    describe_counter!(VERIFY_REPAIRED, "keys verify --repair rewrote and found consistent");
 }
 
 #[cfg(test)]

@@ -108,6 +108,8 @@ fn dashboards_cover_what_the_issue_asks_for() {
         "binval_leader",
         "binval_checkpoint_age_seconds",
         "binval_queue_depth",
+        "binval_verify_nines",
+        "binval_verify_mismatches",
         "binval_consumer_hits_total",
         "binval_consumer_serving_local",
         "binval_consumer_invalidation_lag_ms_bucket",

@@ -253,8 +253,29 @@ async fn dashboards_and_alerts_select_live_series_and_probes_follow_the_lease() 
     let primary = json["primary"]["position"].as_str().unwrap().to_string();
     assert_eq!(primary, env.binlog_now().await, "the primary's position as SHOW MASTER STATUS says");
 
+    // A periodic `binval verify` (issue #11) with its metrics listener: the dashboard's
+    // consistency panels select its series.
+    let verify_port = free_port();
+    let mut verify = binval()
+        .args(["verify", "--config"])
+        .arg(&leader.config)
+        .args(["--every", "1h", "--recheck-ms", "100", "--metrics-listen", &format!("127.0.0.1:{verify_port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _verify_guard = KillOnPanic(verify.id());
+    let mut first_run = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(verify.stdout.take().unwrap()), &mut first_run).unwrap();
+    let run: serde_json::Value = serde_json::from_str(&first_run).unwrap();
+    assert_eq!(run["rows_checked"], 2, "{run}");
+    let (code, verify_text) = http_get(format!("127.0.0.1:{verify_port}").parse().unwrap(), "/metrics").unwrap();
+    assert_eq!(code, 200);
+    Command::new("kill").arg("-TERM").arg(verify.id().to_string()).status().unwrap();
+    assert!(verify.wait().unwrap().success(), "verify --every exits 0 on SIGTERM");
+
     // Every selector of every panel and alert finds a series.
-    let binval_text = leader.scrape() + &standby.scrape();
+    let binval_text = leader.scrape() + &standby.scrape() + &verify_text;
     let app_text = app_metrics.render();
     let (binval_samples, app_samples) = (parse_scrape(&binval_text), parse_scrape(&app_text));
     assert!(app_samples.iter().any(|s| s.name == "binval_consumer_redis_reads_total" && s.labels["master"].starts_with("127.0.0.1:")));

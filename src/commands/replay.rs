@@ -225,7 +225,7 @@ pub async fn run(
     mut out: impl FnMut(&str) + Send,
     shutdown: watch::Receiver<bool>,
 ) -> Result<ReplaySummary, Error> {
-    let mappings = selected_mappings(cfg, &args.tables)?;
+    let mappings = crate::scan::selected_mappings(cfg, &args.tables)?;
     let (mapper, range, mariadb) = open_range(cfg, args, &mappings).await?;
     let redis = RedisConn::connect(&cfg.redis).await?;
     let names = start_names(cfg, &redis, args.renames_from_checkpoint).await?;
@@ -253,21 +253,6 @@ pub async fn run(
     src?;
     summary.last_position = last.map(|p| format!("{}:{}", p.file, p.pos));
     Ok(summary)
-}
-
-/// The mappings of the `--table`s (all when none); an unknown table is an error naming
-/// `--table` and listing the mapped ones.
-fn selected_mappings(cfg: &Config, tables: &[String]) -> Result<Vec<MappingConfig>, Error> {
-    if tables.is_empty() {
-        return Ok(cfg.mappings.clone());
-    }
-    for t in tables {
-        if !cfg.mappings.iter().any(|m| &m.table == t) {
-            let known: Vec<&str> = cfg.mappings.iter().map(|m| m.table.as_str()).collect();
-            return Err(Error::config("--table", format!("`{t}` is not a mapped table (mapped: {})", known.join(", "))));
-        }
-    }
-    Ok(cfg.mappings.iter().filter(|m| tables.contains(&m.table)).cloned().collect())
 }
 
 /// Check the source and resolve the range: the mapper, the

@@ -65,6 +65,10 @@ pub struct ApplyOptions {
     /// current token and retries once (replay, which holds no lease). Unset: the error ends
     /// the tenure (run).
     pub refresh_fencing_token: Option<String>,
+    /// Publish invalidation events at all (run, replay, verify's repair). `false`: Redis only,
+    /// no Kafka needed (`binval bootstrap` without `--publish`: no app instance holds a value
+    /// of a key that was never written).
+    pub publish_events: bool,
 }
 
 impl ApplyOptions {
@@ -77,6 +81,7 @@ impl ApplyOptions {
             await_deliveries: false,
             limiter: None,
             refresh_fencing_token: None,
+            publish_events: true,
         }
     }
 
@@ -91,6 +96,24 @@ impl ApplyOptions {
             await_deliveries: true,
             limiter,
             refresh_fencing_token: Some(fencing_token_key),
+            publish_events: true,
+        }
+    }
+
+    /// `binval bootstrap` and `binval verify --repair`: rows read in a consistent snapshot,
+    /// written at the snapshot's fence position beside a live run (like replay: no lease, the
+    /// fencing token refreshed on a takeover, deliveries awaited); events only for keys that
+    /// moved, and only when `publish` (bootstrap's `--publish`; repair always). The rate is
+    /// limited by the caller, per row.
+    pub fn snapshot_writes(dry_run: bool, publish: bool, fencing_token_key: String) -> Self {
+        ApplyOptions {
+            dry_run,
+            events_only_if_moved: true,
+            table_events: false,
+            await_deliveries: true,
+            limiter: None,
+            refresh_fencing_token: Some(fencing_token_key),
+            publish_events: publish,
         }
     }
 }
@@ -339,7 +362,7 @@ impl Writer {
 
     /// With [`ApplyOptions::await_deliveries`]: wait for every delivery in `o`.
     async fn await_if_asked(&self, o: &mut TxnOutcome) -> Result<(), Error> {
-        if self.options.await_deliveries {
+        if self.options.await_deliveries && !o.deliveries.is_empty() {
             let kafka = self.kafka.as_ref().expect("not a dry run");
             for (key, d) in o.deliveries.drain(..) {
                 kafka.delivered(&key, d).await?;
@@ -351,9 +374,12 @@ impl Writer {
 
     /// Print what would change: same rule as the write (skipped when the token is newer).
     async fn dry_run(&self, group: &Group, o: &mut TxnOutcome, out: &mut (dyn FnMut(&str) + Send)) -> Result<(), Error> {
-        for (ch, &(pos, t)) in group.changes.iter().zip(&group.tags) {
-            let (version_now, replica_positions) = self.redis.read_positions(&ch.key, ch.replicas).await?;
-            let would = version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)));
+        let keys: Vec<(&str, u32)> = group.changes.iter().map(|c| (c.key.as_str(), c.replicas)).collect();
+        let states = self.redis.read_key_states(&keys).await?;
+        for ((ch, &(pos, t)), state) in group.changes.iter().zip(&group.tags).zip(states) {
+            let version_now = state.version.unwrap_or(0);
+            let replica_positions: Vec<Option<u64>> = state.replicas.iter().map(|r| r.position).collect();
+            let would = would_change(version_now, &replica_positions, pos);
             if would {
                 o.changed += 1;
             } else {
@@ -384,8 +410,8 @@ impl Writer {
         if noop > 0 {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
         }
-        let kafka = self.kafka.clone().expect("not a dry run");
-        o.deliveries.reserve(group.changes.len());
+        let kafka = if self.options.publish_events { Some(self.kafka.clone().expect("not a dry run")) } else { None };
+        o.deliveries.reserve(if kafka.is_some() { group.changes.len() } else { 0 });
         for ((ch, a), &(_, t)) in group.changes.iter().zip(applied).zip(&group.tags) {
             if moved(&a) {
                 o.changed += 1;
@@ -395,6 +421,7 @@ impl Writer {
                     continue;
                 }
             }
+            let Some(kafka) = &kafka else { continue };
             crate::failpoint::hit("kafka.before_enqueue");
             let ev = group.txns[t as usize].event(&ch.key, a.version, ch.op, &ch.table);
             o.deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
@@ -469,6 +496,14 @@ impl From<Error> for ChunkError {
 /// Too large for a group: applied alone, in chunks.
 fn is_large(txn: &Transaction) -> bool {
     txn.rows.total_bytes() > SMALL_TRANSACTION_BYTES
+}
+
+/// Whether a write at fence position `pos` would change a key whose version token holds
+/// `version_now` (0: none) and whose replicas hold `replica_positions` (`None`: missing): the
+/// rule of the fenced scripts (`binval_protocol::fence`, "Writing one key"): nothing when the
+/// token is newer, else every replica older than `pos` (or missing) and the token.
+pub fn would_change(version_now: u64, replica_positions: &[Option<u64>], pos: FencePosition) -> bool {
+    version_now <= pos.0 && (version_now < pos.0 || replica_positions.iter().any(|p| p.is_none_or(|p| p < pos.0)))
 }
 
 /// The change moved a replica or the version token.

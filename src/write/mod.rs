@@ -8,9 +8,11 @@
 //! | [`fence`] | the fence position of a transaction: the order every write is checked against |
 //! | [`redis_sink`] | replicas first, then the version token, fenced by position and fencing token |
 //! | [`kafka_sink`] | one invalidation event per key change |
+//! | [`key_state`] | what Redis holds for keys, read back in batches (dry runs, verify, inspect) |
 
 pub mod apply;
 pub mod fence;
 pub mod group;
 pub mod kafka_sink;
+pub mod key_state;
 pub mod redis_sink;

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use binval_protocol::fence::{self, FIELD_POSITION};
+use binval_protocol::fence;
 use binval_protocol::{hash_slot, parse_version, replica_key, version_key, FencePosition, KeyTemplate, Op};
 use redis::{RedisError, RedisResult, Value};
 
@@ -265,20 +265,6 @@ impl RedisConn {
         let mut c = self.clone();
         let raw: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(&vkey)).await.map_err(|e| classify_redis(e, &vkey))?;
         parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey, message: m }.into())
-    }
-
-    /// The version token of `key` and the fence position stored in each of its `replicas`
-    /// replicas (`None`: missing), for replay dry runs.
-    pub async fn read_positions(&self, key: &str, replicas: u32) -> Result<(u64, Vec<Option<u64>>), Error> {
-        let version = self.read_version(key).await?;
-        let mut c = self.clone();
-        let mut positions = Vec::with_capacity(replicas as usize);
-        for r in 0..replicas {
-            let rk = replica_key(key, r);
-            let p: Option<String> = c.query(redis::cmd("HGET").arg(&rk).arg(FIELD_POSITION)).await.map_err(|e| classify_redis(e, &rk))?;
-            positions.push(p.and_then(|p| p.parse().ok()));
-        }
-        Ok((version, positions))
     }
 }
 

@@ -129,6 +129,15 @@ interval_ms = 200
         Config::from_toml(&self.config_toml(start, mappings)).expect("test config is valid")
     }
 
+    /// Write a config file of this test's own (under the testkit's state folder); its path.
+    pub fn write_config(&self, text: &str) -> std::path::PathBuf {
+        let dir = tk::state_root().join("configs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("{}.toml", self.prefix));
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
     pub fn redis_client(&self) -> RedisClient {
         match self.redis {
             RedisKind::Standalone => RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap()),
@@ -137,6 +146,28 @@ interval_ms = 200
             )),
         }
     }
+}
+
+/// Run `f`, which blocks (a child process, a sync Redis client), on this runtime thread.
+pub fn block<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+/// Run the `binval` binary with `args` (and environment `vars`, `RUST_LOG=warn` by default) to
+/// the end: (exit code, -1 when killed by a signal; stdout; stderr).
+pub fn binval_cli(args: &[&str], vars: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_binval"));
+    c.args(args).env("RUST_LOG", "warn");
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The JSON lines of a command's output (lines that are not JSON objects are skipped).
+pub fn json_lines(out: &str) -> Vec<serde_json::Value> {
+    out.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
 }
 
 /// A replica record as read back: (payload, fence position, tombstone).

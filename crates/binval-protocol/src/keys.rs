@@ -285,6 +285,54 @@ impl KeyTemplate {
         out
     }
 
+    /// The column texts a logical key was rendered from: `(column, text)` per placeholder, in
+    /// template order, or `None` when `key` is not a key of this template (its literal text
+    /// differs, two placeholders touch so the split is ambiguous, or a column used twice would
+    /// get two values). A placeholder takes the shortest text up to the next literal text (the
+    /// last placeholder the rest), so with `{a}:{b}` the key `x:y:z` splits as `a = x`,
+    /// `b = y:z`: the reverse of [`KeyTemplate::render`] whenever no value contains the
+    /// literal text that follows its placeholder (the separator rule of the README).
+    ///
+    /// ```
+    /// let t = binval_protocol::KeyTemplate::parse("feed:{user}:{day}").unwrap();
+    /// assert_eq!(t.split_key("feed:7:2024-01-02"), Some(vec![("user", "7"), ("day", "2024-01-02")]));
+    /// assert_eq!(t.split_key("item:7"), None);
+    /// ```
+    pub fn split_key<'k>(&self, key: &'k str) -> Option<Vec<(&str, &'k str)>> {
+        let mut at = 0;
+        let mut out: Vec<(&str, &'k str)> = Vec::new();
+        for (i, p) in self.parts.iter().enumerate() {
+            match p {
+                Part::Lit(s) => {
+                    if !key[at..].starts_with(s.as_str()) {
+                        return None;
+                    }
+                    at += s.len();
+                }
+                Part::Col(c) => {
+                    let end = match self.parts.get(i + 1) {
+                        None => key.len(),
+                        Some(Part::Lit(next)) => at + key[at..].find(next.as_str())?,
+                        Some(Part::Col(_)) => return None,
+                    };
+                    let value = &key[at..end];
+                    if out.iter().any(|(col, v)| col == c && *v != value) {
+                        return None;
+                    }
+                    out.push((c.as_str(), value));
+                    at = end;
+                }
+            }
+        }
+        (at == key.len()).then_some(out)
+    }
+
+    /// Length of the template's literal text: the more of it, the more specific the template
+    /// (a key that fits two templates belongs to the one with more literal text).
+    pub fn literal_len(&self) -> usize {
+        self.parts.iter().map(|p| if let Part::Lit(s) = p { s.len() } else { 0 }).sum()
+    }
+
     /// Render the logical key. `value_of(column)` returns the column's text, or `None` when the
     /// column is NULL or absent, in which case no key is rendered (`None`).
     pub fn render<'a, F>(&self, mut value_of: F) -> Option<String>
@@ -372,6 +420,27 @@ mod tests {
         assert!(matches!(t.check_replicas(8), Err(TemplateError::HashTag { .. })));
         assert!(t.check_replicas(1).is_ok());
         assert!(KeyTemplate::parse("item:{id}").unwrap().check_replicas(8).is_ok());
+    }
+
+    #[test]
+    fn keys_split_back_into_their_column_texts() {
+        let t = KeyTemplate::parse("item:detail:{id}").unwrap();
+        assert_eq!(t.split_key("item:detail:6666"), Some(vec![("id", "6666")]));
+        assert_eq!(t.split_key("item:detail:"), Some(vec![("id", "")]));
+        assert_eq!(t.split_key("item:sku:1"), None);
+        let t = KeyTemplate::parse("o:{a}:{b}:x").unwrap();
+        assert_eq!(t.split_key("o:1:2:x"), Some(vec![("a", "1"), ("b", "2")]));
+        assert_eq!(t.split_key("o:1:2:3:x"), Some(vec![("a", "1"), ("b", "2:3")]));
+        assert_eq!(t.split_key("o:1:2:y"), None);
+        assert_eq!(KeyTemplate::parse("{a}{b}").unwrap().split_key("12"), None, "touching placeholders are ambiguous");
+        let t = KeyTemplate::parse("{a}-{a}").unwrap();
+        assert_eq!(t.split_key("1-1"), Some(vec![("a", "1"), ("a", "1")]));
+        assert_eq!(t.split_key("1-2"), None);
+        // Whatever renders splits back to the same texts when values avoid the separators.
+        let t = KeyTemplate::parse("feed:{user}:{day}").unwrap();
+        let key = t.render(|c| Some(Cow::Owned(if c == "user" { "u7".into() } else { "2024-01-02".into() }))).unwrap();
+        assert_eq!(t.split_key(&key), Some(vec![("user", "u7"), ("day", "2024-01-02")]));
+        assert!(t.literal_len() > KeyTemplate::parse("{x}").unwrap().literal_len());
     }
 
     #[test]

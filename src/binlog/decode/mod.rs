@@ -31,11 +31,13 @@
 //! | `schema.rs` | [`TableSchema`], [`ColumnSchema`]: one TABLE_MAP and its optional metadata |
 //! | `rows.rs` | [`decode_rows`]: row images of one row event -> [`RowChange`]s |
 //! | `values.rs` | [`value_to_json`]: one value -> its canonical JSON form |
+//! | `result_set.rs` | [`column_value_to_json`]: a value of a SELECT's result set -> the same canonical form (table scans) |
 //! | `json_diff.rs` | [`apply_json_diffs`]: MySQL partial JSON updates |
 //! | `charset.rs` | [`charset`]: text of a column decoded from its charset |
 
 pub mod charset;
 mod json_diff;
+mod result_set;
 mod rows;
 mod schema;
 mod values;
@@ -44,6 +46,7 @@ use mysql_common::constants::ColumnType;
 use serde_json::{Map, Value as Json};
 
 pub use json_diff::apply_json_diffs;
+pub use result_set::column_value_to_json;
 pub use rows::{decode_rows, RowChange, RowKind};
 pub use schema::{charset_column, ColumnSchema, TableSchema};
 pub use values::{utc_instant, value_to_json};

@@ -72,28 +72,44 @@ fn int_json(col: &ColumnSchema, i: i64) -> Json {
 }
 
 /// DATE as `YYYY-MM-DD`; DATETIME as `YYYY-MM-DD hh:mm:ss` with exactly fsp fraction digits.
-fn date_json(col: &ColumnSchema, (y, mo, d): (u16, u8, u8), (h, mi, s, us): (u8, u8, u8, u32)) -> Json {
-    use std::fmt::Write as _;
+fn date_json(col: &ColumnSchema, date: (u16, u8, u8), time: (u8, u8, u8, u32)) -> Json {
     use ColumnType::*;
+    let time = match col.ty {
+        MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE => None,
+        MYSQL_TYPE_DATETIME2 => Some((time, col.meta.first().copied().unwrap_or(0))),
+        _ => Some((time, 0)),
+    };
+    Json::String(datetime_text(date, time))
+}
+
+/// `YYYY-MM-DD`, and with `time` = ((h, mi, s, us), fsp) ` hh:mm:ss` with exactly fsp fraction
+/// digits: MySQL's own text of a DATE or DATETIME (also of the zero date `0000-00-00`).
+pub(super) fn datetime_text((y, mo, d): (u16, u8, u8), time: Option<((u8, u8, u8, u32), u8)>) -> String {
+    use std::fmt::Write as _;
     let mut t = String::with_capacity(26);
     let _ = write!(t, "{y:04}-{mo:02}-{d:02}");
-    if !matches!(col.ty, MYSQL_TYPE_DATE | MYSQL_TYPE_NEWDATE) {
-        let fsp = if col.ty == MYSQL_TYPE_DATETIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+    if let Some(((h, mi, s, us), fsp)) = time {
         let _ = write!(t, " {h:02}:{mi:02}:{s:02}");
         push_frac(&mut t, us, fsp);
     }
-    Json::String(t)
+    t
 }
 
 /// TIME as `[-]hh:mm:ss` (hours past 24 for days) with exactly fsp fraction digits.
-fn time_json(col: &ColumnSchema, neg: bool, days: u32, (h, mi, s, us): (u8, u8, u8, u32)) -> Json {
-    use std::fmt::Write as _;
+fn time_json(col: &ColumnSchema, neg: bool, days: u32, time: (u8, u8, u8, u32)) -> Json {
     let fsp = if col.ty == ColumnType::MYSQL_TYPE_TIME2 { col.meta.first().copied().unwrap_or(0) } else { 0 };
+    Json::String(time_text(neg, days, time, fsp))
+}
+
+/// MySQL's text of a TIME value: `[-]hh:mm:ss` (hours past 24 for days) with exactly `fsp`
+/// fraction digits.
+pub(super) fn time_text(neg: bool, days: u32, (h, mi, s, us): (u8, u8, u8, u32), fsp: u8) -> String {
+    use std::fmt::Write as _;
     let hours = days as u64 * 24 + h as u64;
     let mut t = String::with_capacity(18);
     let _ = write!(t, "{}{hours:02}:{mi:02}:{s:02}", if neg { "-" } else { "" });
     push_frac(&mut t, us, fsp);
-    Json::String(t)
+    t
 }
 
 /// A value mysql_common gives as bytes, by column type.
@@ -110,16 +126,10 @@ fn bytes_json(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, Decod
             // mysql_common adds 1900 to the stored byte; byte 0 is YEAR 0000.
             Json::from(if y == 1900 { 0 } else { y })
         }
-        MYSQL_TYPE_BIT => Json::from(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64)),
+        MYSQL_TYPE_BIT => bit_json(&b),
         MYSQL_TYPE_TIMESTAMP2 => timestamp2_json(table, col, &b)?,
         MYSQL_TYPE_SET => set_json(col, &b),
-        MYSQL_TYPE_GEOMETRY => {
-            if b.len() < 4 {
-                return Err(unsupported(table, col));
-            }
-            let srid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            serde_json::json!({ "srid": srid, "wkb": base64::engine::general_purpose::STANDARD.encode(&b[4..]) })
-        }
+        MYSQL_TYPE_GEOMETRY => geometry_json(&b).ok_or_else(|| unsupported(table, col))?,
         MYSQL_TYPE_STRING
         | MYSQL_TYPE_VARCHAR
         | MYSQL_TYPE_VAR_STRING
@@ -145,6 +155,18 @@ fn bytes_json(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, Decod
         }
         _ => return Err(unsupported(table, col)),
     })
+}
+
+/// BIT(n): the big-endian bytes as a number.
+pub(super) fn bit_json(b: &[u8]) -> Json {
+    Json::from(b.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64))
+}
+
+/// GEOMETRY as stored (4-byte little-endian SRID, then WKB) as `{"srid", "wkb"}` (base64);
+/// `None` when shorter than an SRID.
+pub(super) fn geometry_json(b: &[u8]) -> Option<Json> {
+    let srid = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
+    Some(serde_json::json!({ "srid": srid, "wkb": base64::engine::general_purpose::STANDARD.encode(&b[4..]) }))
 }
 
 /// TIMESTAMP(fsp): mysql_common gives `seconds[.micros]` since the epoch; a UTC instant.
@@ -206,7 +228,7 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
 
 /// A FLOAT as the shortest decimal that reads back as the same f32 (what MySQL prints:
 /// `1.1`, not `1.100000023841858`).
-fn f32_json(f: f32) -> Json {
+pub(super) fn f32_json(f: f32) -> Json {
     f.to_string().parse::<f64>().ok().and_then(Number::from_f64).map(Json::Number).unwrap_or(Json::Null)
 }
 
@@ -231,7 +253,7 @@ fn frac(us: u32, fsp: u8) -> String {
     format!(".{}", &digits[..fsp.min(6) as usize])
 }
 
-fn pad_scale(s: String, scale: usize) -> String {
+pub(super) fn pad_scale(s: String, scale: usize) -> String {
     if scale == 0 {
         return s;
     }
@@ -249,12 +271,23 @@ fn pad_scale(s: String, scale: usize) -> String {
 /// e.g. `2026-11-30T22:31:12.120Z`. TIMESTAMP 0 (the zero timestamp) is `0000-00-00 00:00:00`.
 pub fn utc_instant(secs: i64, us: u32, fsp: u8) -> String {
     if secs == 0 && us == 0 {
-        return "0000-00-00 00:00:00".to_string() + &frac(0, fsp);
+        return zero_timestamp(fsp);
     }
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{}Z", rem / 3600, (rem % 3600) / 60, rem % 60, frac(us, fsp))
+    instant_text((y, m, d), (rem / 3600, (rem % 3600) / 60, rem % 60), us, fsp)
+}
+
+/// The zero TIMESTAMP `0000-00-00 00:00:00` with `fsp` zero fraction digits.
+pub(super) fn zero_timestamp(fsp: u8) -> String {
+    "0000-00-00 00:00:00".to_string() + &frac(0, fsp)
+}
+
+/// An RFC 3339 UTC instant from its UTC date and time of day: `YYYY-MM-DDThh:mm:ss[.f]Z`
+/// with `fsp` fraction digits.
+pub(super) fn instant_text((y, m, d): (i64, u32, u32), (h, mi, s): (i64, i64, i64), us: u32, fsp: u8) -> String {
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}{}Z", frac(us, fsp))
 }
 
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
