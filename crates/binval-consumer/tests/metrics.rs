@@ -113,8 +113,15 @@ async fn reads_follow_a_slot_moved_to_another_master() -> anyhow::Result<()> {
     let (from, to) = (owner(&r0)?, owner(&binval_protocol::replica_key(&key, 1))?);
 
     let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
-    let c =
-        builder(&topic).redis_cluster(urls.clone()).replicas(2).cache_mode(CacheMode::Prefixes(vec!["not-this:".into()])).build().await?;
+    // What is checked is where reads go, not how fast: a generous response timeout, so the read
+    // that meets `MOVED` (and the client's slot refresh) does not time out on a busy machine.
+    let c = builder(&topic)
+        .redis_cluster(urls.clone())
+        .replicas(2)
+        .redis_response_timeout(std::time::Duration::from_secs(5))
+        .cache_mode(CacheMode::Prefixes(vec!["not-this:".into()]))
+        .build()
+        .await?;
     for _ in 0..40 {
         assert_eq!(c.get(&key).await?.as_deref(), Some("v1"));
     }
