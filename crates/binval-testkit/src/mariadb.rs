@@ -160,6 +160,12 @@ impl MariaDb {
         copy_dir(template, &datadir).with_context(|| format!("copying template {} to {}", template.display(), datadir.display()))?;
         let socket = socket_path(&dir);
         let error_log = dir.join("error.log");
+        // Its own tmpdir: the server's internal temporary tables (information_schema
+        // queries, sorts) live there, and a shared /tmp is cleaned by others — a deleted
+        // `#sql-temptable-*.MAI` fails the next query on any connection, the binlog dump
+        // included ("Error on delete of ...", seen in CI).
+        let tmpdir = dir.join("tmp");
+        std::fs::create_dir_all(&tmpdir).with_context(|| format!("creating {}", tmpdir.display()))?;
         let mut last_err = None;
         for _attempt in 0..3 {
             let port = crate::util::free_port()?;
@@ -174,6 +180,7 @@ impl MariaDb {
                 .arg(format!("--socket={}", socket.display()))
                 .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
                 .arg(format!("--log-error={}", error_log.display()))
+                .arg(format!("--tmpdir={}", tmpdir.display()))
                 .arg("--log-bin=mysql-bin")
                 .arg("--binlog-format=ROW")
                 .arg("--binlog-row-image=FULL")
