@@ -54,7 +54,7 @@
 //! | `binval_apply_group_keys` | histogram | key changes | | key changes per applied group |
 //! | `binval_transactions_spilled_total` | counter | transactions | | transactions whose row events were spilled to a temporary file (past `source.transaction_memory_mb`) |
 //! | `binval_xa_held` | gauge | transactions | | prepared XA transactions with changes of mapped tables held until their XA COMMIT / ROLLBACK (while > 0 the checkpoint stays at the oldest one's XA PREPARE, see `binlog::xa`) |
-//! | `binval_redis_apply_seconds` | histogram | s | | Redis time per applied transaction with mapped rows (all fenced writes acknowledged) |
+//! | `binval_redis_apply_seconds` | histogram | s | | Redis time per applied group with mapped rows (one transaction at low load): its fenced writes sent to all acknowledged |
 //! | `binval_kafka_delivery_seconds` | histogram | s | | enqueue (message timestamp) to the acknowledgement the checkpoint task sees, ms resolution |
 //! | `binval_errors_total` | counter | errors | `service`, `kind` | client errors as classified: `service` = `source`, `redis`, `kafka`; `kind` = `definite` (stops binval) or `transient` (retried) |
 //! | `binval_restarts_total` | counter | restarts | | pipeline restarts from the checkpoint after transient failures or a lost lease |
@@ -649,7 +649,7 @@ fn describe() {
     describe_histogram!(APPLY_GROUP_KEYS, "key changes per applied group");
     describe_gauge!(XA_HELD, "prepared XA transactions held until their XA COMMIT or ROLLBACK");
     describe_counter!(TRANSACTIONS_SPILLED, "transactions whose row events were spilled to a temporary file");
-    describe_histogram!(REDIS_APPLY_SECONDS, Unit::Seconds, "Redis time per applied transaction");
+    describe_histogram!(REDIS_APPLY_SECONDS, Unit::Seconds, "Redis time per applied group (its fenced writes sent to acknowledged)");
     describe_histogram!(KAFKA_DELIVERY_SECONDS, Unit::Seconds, "Kafka enqueue to acknowledgement");
     describe_counter!(ERRORS, "client errors by service and kind (definite/transient)");
     describe_counter!(RESTARTS, "pipeline restarts after transient failures");

@@ -55,6 +55,54 @@ impl Metrics {
         Metrics(m)
     }
 
+    /// The `q` quantile (0..1) of histogram `name` over the observations made between the
+    /// scrape `before` and this one, from the `_bucket` counters, linearly interpolated inside
+    /// the bucket as Prometheus' `histogram_quantile` does; `None` without observations.
+    pub fn quantile_since(&self, before: &Metrics, name: &str, q: f64) -> Option<f64> {
+        let bucket = format!("{name}_bucket");
+        let le_of = |labels: &str| -> Option<f64> {
+            let v = labels.split("le=\"").nth(1)?.split('"').next()?;
+            if v == "+Inf" {
+                Some(f64::INFINITY)
+            } else {
+                v.parse().ok()
+            }
+        };
+        let count = |m: &Metrics, le: f64| -> f64 {
+            m.0.get(&bucket).map(|s| s.iter().filter(|(l, _)| le_of(l) == Some(le)).map(|(_, v)| *v).sum()).unwrap_or(0.0)
+        };
+        let mut bounds: Vec<f64> = self.0.get(&bucket)?.iter().filter_map(|(l, _)| le_of(l)).collect();
+        bounds.sort_by(|a, b| a.total_cmp(b));
+        bounds.dedup();
+        let cum: Vec<(f64, f64)> = bounds.iter().map(|&le| (le, count(self, le) - count(before, le))).collect();
+        let total = cum.last()?.1;
+        if total <= 0.0 {
+            return None;
+        }
+        let rank = q * total;
+        let (mut lo, mut below) = (0.0, 0.0);
+        for &(le, c) in &cum {
+            if c >= rank {
+                if le.is_infinite() {
+                    return Some(lo);
+                }
+                let inside = (c - below).max(1e-9);
+                return Some(lo + (le - lo) * (rank - below) / inside);
+            }
+            (lo, below) = (le, c);
+        }
+        Some(lo)
+    }
+
+    /// The mean of histogram `name` over the observations made between `before` and this scrape.
+    pub fn mean_since(&self, before: &Metrics, name: &str) -> Option<f64> {
+        let d = |suffix: &str| {
+            self.get(&format!("{name}{suffix}"), &[]).unwrap_or(0.0) - before.get(&format!("{name}{suffix}"), &[]).unwrap_or(0.0)
+        };
+        let n = d("_count");
+        (n > 0.0).then(|| d("_sum") / n)
+    }
+
     /// The sum of `name`'s samples whose labels contain every `k="v"` of `labels`.
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let samples = self.0.get(name)?;

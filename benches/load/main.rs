@@ -72,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         report::print_cells(&cells);
     }
     report::print_cells(&cells);
+    report::print_legs(&cells);
     report::explain_cells();
 
     let backlog: u64 = env_or("BENCH_CATCHUP", 150_000);
@@ -148,5 +149,10 @@ async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Durati
         evictions: probe,
         served_locally: served,
         peak_rss_mib: rss,
+        legs: report::Legs {
+            redis_apply_ms: [0.5, 0.99].map(|q| m1.quantile_since(&m0, "binval_redis_apply_seconds", q).map(|s| s * 1e3)),
+            kafka_ack_ms: [0.5, 0.99].map(|q| m1.quantile_since(&m0, "binval_kafka_delivery_seconds", q).map(|s| s * 1e3)),
+            group_transactions: m1.mean_since(&m0, "binval_apply_group_transactions"),
+        },
     })
 }

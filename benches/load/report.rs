@@ -22,6 +22,38 @@ pub struct Cell {
     pub evictions: Evictions,
     pub served_locally: Served,
     pub peak_rss_mib: f64,
+    /// binval's own legs, from its histograms over the cell.
+    pub legs: Legs,
+}
+
+/// binval's part of commit -> eviction, from its `/metrics` histograms (bucket-interpolated,
+/// so a quantile is as coarse as the buckets: 0.5, 1, 2.5, 5, 10, 25, 50, 100 ms, ...).
+pub struct Legs {
+    /// `binval_redis_apply_seconds` p50, p99: a group's fenced writes, sent to acknowledged.
+    pub redis_apply_ms: [Option<f64>; 2],
+    /// `binval_kafka_delivery_seconds` p50, p99: an event handed to the producer to its ack.
+    pub kafka_ack_ms: [Option<f64>; 2],
+    /// Mean of `binval_apply_group_transactions`: transactions per applied group.
+    pub group_transactions: Option<f64>,
+}
+
+/// Where commit -> eviction goes: binval's Redis and Kafka legs per cell.
+pub fn print_legs(cells: &[Cell]) {
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into());
+    println!("\n| writer target | transactions per group (mean) | Redis apply p50 / p99, ms | Kafka enqueue -> ack p50 / p99, ms | commit -> eviction p50, ms (instance 1) |");
+    println!("|---|---:|---|---|---:|");
+    for c in cells {
+        let e2e = c.evictions.ms.first().map(|v| quantiles(v).0).unwrap_or(f64::NAN);
+        println!(
+            "| {} | {} | {} / {} | {} / {} | {e2e:.1} |",
+            rate_name(c.rate),
+            c.legs.group_transactions.map(|g| format!("{g:.1}")).unwrap_or_else(|| "-".into()),
+            ms(c.legs.redis_apply_ms[0]),
+            ms(c.legs.redis_apply_ms[1]),
+            ms(c.legs.kafka_ack_ms[0]),
+            ms(c.legs.kafka_ack_ms[1]),
+        );
+    }
 }
 
 /// `200/s` or `max`.
@@ -87,7 +119,10 @@ lag: binval_heartbeat_lag_seconds (heartbeat row every 100 ms) sampled every 100
 caught up after stop: from the writer's last commit to binval's acknowledged position passing the binlog end at that moment.
 commit -> eviction: a probe updates a row both app instances hold every 50 ms; commit returned -> the instance applied its event.
 served locally: share of 20 ms samples in which the instance served from its local cache (fail safe not engaged).
-peak RSS: VmHWM of the binval process of the cell."
+peak RSS: VmHWM of the binval process of the cell.
+legs table: binval's histograms over the cell (bucket-interpolated): Redis apply = one group's fenced writes, sent to acknowledged;
+Kafka enqueue -> ack = an event handed to the producer (linger.ms 5) to the broker's ack. The rest of commit -> eviction is
+the binlog read, the broker's fetch (tansu holds a fetch for fetch.wait.max.ms, 10 ms) and the consumer's poll."
     );
 }
 
