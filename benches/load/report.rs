@@ -117,7 +117,9 @@ binval tx/s, rows/s: binval_transactions_total / binval_rows_total over the writ
 CPU µs/tx: binval's CPU time (user + system, all threads) over the same span, per transaction.
 lag: binval_heartbeat_lag_seconds (heartbeat row every 100 ms) sampled every 100 ms.
 caught up after stop: from the writer's last commit to binval's acknowledged position passing the binlog end at that moment.
-commit -> eviction: a probe updates a row both app instances hold every 50 ms; commit returned -> the instance applied its event.
+lag 2 s after stop: binval_heartbeat_lag_seconds read 2 s after the writer's last commit (the lag of the last heartbeat acknowledged by then).
+commit -> eviction: a probe updates a row both app instances hold every 50 ms; commit returned -> the instance applied its event
+  (missing: not applied within 5 s; not held: the instance did not hold the row before the update).
 served locally: share of 20 ms samples in which the instance served from its local cache (fail safe not engaged).
 peak RSS: VmHWM of the binval process of the cell.
 legs table: binval's histograms over the cell (bucket-interpolated): Redis apply = one group's fenced writes, sent to acknowledged;
