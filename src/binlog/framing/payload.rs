@@ -65,10 +65,18 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
                 "inner event at offset {offset} has length {size}, beyond the announced uncompressed size {announced}"
             )));
         }
-        buf.resize(size, 0);
-        reader
-            .read_exact(&mut buf[BinlogEventHeader::LEN..])
+        // Read the body without allocating its announced length first: `size` comes from the
+        // payload itself (up to 4 GiB), the bytes actually there are what is allocated.
+        let body = (size - BinlogEventHeader::LEN) as u64;
+        let got = (&mut reader)
+            .take(body)
+            .read_to_end(&mut buf)
             .map_err(|e| err(format!("inner event at offset {offset} ({size} bytes) is cut short: {e}")))?;
+        if got as u64 != body {
+            return Err(err(format!(
+                "inner event at offset {offset} ({size} bytes) is cut short: the payload ends after {got} of its body bytes"
+            )));
+        }
         if matches!(
             EventType::try_from(ty),
             Ok(EventType::FORMAT_DESCRIPTION_EVENT | EventType::TRANSACTION_PAYLOAD_EVENT | EventType::ROTATE_EVENT)
