@@ -547,6 +547,8 @@ mod consumer;
 mod error;
 mod fail_safe;
 mod front;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hot;
 mod listener;
 mod loader;
@@ -565,6 +567,7 @@ pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer};
 pub use error::ConsumerError;
 pub use hot::HotKey;
+pub use listener::{decode_message, BadMessage};
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
