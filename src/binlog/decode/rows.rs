@@ -92,6 +92,7 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
             .collect()
     });
     while !buf.is_empty() {
+        let left = buf.len();
         let before = match &before_cols {
             Some(cols) => Some(read_image(table, cols, None, &mut buf, None)?),
             None => None,
@@ -100,6 +101,15 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
             Some(cols) => Some(read_image(table, cols, json_ordinals.as_deref(), &mut buf, before.as_ref())?),
             None => None,
         };
+        if buf.len() == left {
+            // No column present in either image (a damaged bitmap or column count): a row
+            // takes no byte, so the bytes left would be read as rows without end (found by
+            // fuzzing: rows were pushed until memory ran out).
+            return Err(parse_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a row image without any column leaves {left} bytes of the row event unread"),
+            )));
+        }
         out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0, json_columns: table.json_columns.clone() });
     }
     Ok(())
