@@ -87,6 +87,11 @@ pub fn binlog_events(data: &[u8]) {
         }
         let (bytes, tail) = rest.split_at(size);
         rest = tail;
+        // The replica connection's parser (mysql_async) reads each event the same way; the
+        // live reader catches what it cannot (see `binlog::reader`).
+        if crate::binlog::framing::check_event_bytes(esr.get_fde(), bytes).is_err() {
+            return;
+        }
         let ev = match esr.read(bytes) {
             Ok(Some(ev)) => ev,
             Ok(None) => return,

@@ -223,6 +223,11 @@ fn read_event(
     }
     buf.resize(size as usize, 0);
     f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
+    crate::binlog::framing::check_event_bytes(esr.get_fde(), &buf).map_err(|detail| OfflineError::Corrupt {
+        file: file.clone(),
+        pos,
+        detail,
+    })?;
     let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
     let Some(ev) = ev else { return Ok(None) };
     verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;
