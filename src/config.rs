@@ -768,11 +768,6 @@ replicas = 8
             ("heartbeat_interval_ms = 0", "source.heartbeat_interval_ms"),
             ("transaction_memory_mb = 0", "source.transaction_memory_mb"),
             ("spill_dir = \"/nonexistent/binval\"", "source.spill_dir"),
-        ] {
-            let e = with(extra).unwrap_err().to_string();
-            assert!(e.contains(field), "{extra}: {e}");
-        }
-        for (extra, field) in [
             ("reconnect_max_ms = 0", "source.reconnect_max_ms"),
             ("reconnect_max_ms = 3600001", "source.reconnect_max_ms"),
             ("lease_ms = 100", "source.lease_ms"),
