@@ -166,6 +166,14 @@ fn read_image<'de>(
                 }
                 _ => false,
             };
+            if col.ty == ColumnType::MYSQL_TYPE_DATETIME2 && buf.0.first().is_some_and(|b| b & 0x80 == 0) {
+                // A DATETIME2 is stored with its sign bit set (offset 0x8000000000); a negative
+                // one makes mysql_common 0.37 overflow (negate i64::MIN; found by fuzzing).
+                return Err(parse_err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "DATETIME2 value below its range (sign bit clear)",
+                )));
+            }
             let v = if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
                 time2_short_fraction(buf).map_err(parse_err)?
             } else {
