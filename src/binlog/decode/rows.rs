@@ -115,6 +115,35 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
     Ok(())
 }
 
+/// Check a binary DECIMAL(`precision`, `scale`) at the start of `bytes` before mysql_common
+/// reads it: it multiplies the last fraction group by a power of ten unchecked, so a group
+/// beyond its digits overflowed (found by fuzzing). The schema guarantees `scale <= precision`.
+fn check_decimal(bytes: &[u8], precision: usize, scale: usize) -> std::io::Result<()> {
+    const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+    let intg = precision - scale;
+    let size = DIG2BYTES[intg % 9] + intg / 9 * 4 + scale / 9 * 4 + DIG2BYTES[scale % 9];
+    let digits = scale % 9;
+    if digits == 0 || bytes.len() < size || size == 0 {
+        return Ok(()); // nothing to multiply, or too short: mysql_common says so itself
+    }
+    let negative = (bytes[0] ^ 0x80) & 0x80 != 0;
+    let n = DIG2BYTES[digits];
+    let mut group = bytes[size - n..size].to_vec();
+    if size == n {
+        group[0] ^= 0x80;
+    }
+    let unsigned = group.iter().fold(0i64, |a, &b| (a << 8) | b as i64);
+    let signed = if group[0] & 0x80 != 0 { unsigned - (1i64 << (8 * n)) } else { unsigned };
+    let x = if negative { !signed } else { signed };
+    if !(0..10i64.pow(digits as u32)).contains(&x) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("DECIMAL({precision},{scale}): its last fraction group {x} has more than {digits} digits"),
+        ));
+    }
+    Ok(())
+}
+
 /// Indexes of the columns whose bit is set among the first `num_columns`; the schema's own list
 /// when all of the table's columns are present.
 fn present_columns(table: &TableSchema, num_columns: usize, bit: impl Fn(usize) -> bool) -> std::borrow::Cow<'_, [usize]> {
@@ -173,6 +202,9 @@ fn read_image<'de>(
                     std::io::ErrorKind::InvalidData,
                     "DATETIME2 value below its range (sign bit clear)",
                 )));
+            }
+            if col.ty == ColumnType::MYSQL_TYPE_NEWDECIMAL {
+                check_decimal(buf.0, col.meta[0] as usize, col.meta[1] as usize).map_err(parse_err)?;
             }
             let v = if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
                 time2_short_fraction(buf).map_err(parse_err)?

@@ -155,6 +155,27 @@ fn typed_columns(tme: &TableMapEvent<'static>, name: &Arc<str>) -> Result<Vec<Co
     Ok(columns)
 }
 
+/// Check the ENUM / SET labels of a TABLE_MAP (per column: a length-encoded count, then that
+/// many length-encoded strings) before mysql_common reads them: it reserves memory for the
+/// count before reading any label, so a damaged count allocated without bound (found by
+/// fuzzing). Each label takes at least one byte, so the count is bounded by the bytes left.
+fn check_str_values(vals: &impl mysql_common::proto::MySerialize) -> std::io::Result<()> {
+    let mut raw = Vec::new();
+    vals.serialize(&mut raw);
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TABLE_MAP ENUM/SET labels: {m}"));
+    let mut buf = mysql_common::io::ParseBuf(&raw);
+    while !buf.is_empty() {
+        let n = buf.checked_eat_lenenc_int().ok_or_else(|| bad("truncated label count"))?;
+        if n > buf.len() as u64 {
+            return Err(bad(&format!("{n} labels announced, {} bytes left", buf.len())));
+        }
+        for _ in 0..n {
+            buf.checked_eat_lenenc_str().ok_or_else(|| bad("truncated label"))?;
+        }
+    }
+    Ok(())
+}
+
 /// How many TABLE_MAP metadata bytes mysql_common 0.37 reads, unchecked, when it parses a
 /// value of type `ty` (a TABLE_MAP with fewer made it panic: found by fuzzing). A typed array
 /// is read as the type its first metadata byte names.
@@ -219,6 +240,7 @@ fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSc
                 }
             }
             OptionalMetadataField::EnumStrValue(vals) => {
+                check_str_values(&vals)?;
                 for (k, v) in vals.iter_values().enumerate() {
                     let v = v?;
                     if let Some(&i) = enums.get(k) {
@@ -227,6 +249,7 @@ fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSc
                 }
             }
             OptionalMetadataField::SetStrValue(vals) => {
+                check_str_values(&vals)?;
                 for (k, v) in vals.iter_values().enumerate() {
                     let v = v?;
                     if let Some(&i) = sets.get(k) {
