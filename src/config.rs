@@ -50,6 +50,42 @@ fn explain(message: &str) -> String {
     fixed
 }
 
+/// A TOML parse error names no key when an integer is beyond TOML's range (a signed 64-bit
+/// integer; "number too large to fit in target type"): name the first `key = <integer>` of
+/// `text` that is out of it, as `section.key` (`mappings[i].key` in the i-th `[[mappings]]`).
+fn out_of_range_integer(text: &str) -> Option<String> {
+    let mut section = String::new();
+    let mut arrays: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix("[[").and_then(|l| l.strip_suffix("]]")) {
+            let n = arrays.entry(name.trim().to_string()).and_modify(|n| *n += 1).or_insert(0);
+            section = format!("{}[{n}]", name.trim());
+        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.trim().to_string();
+        } else if let Some((key, value)) = line.split_once('=') {
+            let v = value.split('#').next().unwrap_or("").trim().replace('_', "");
+            let digits = v.strip_prefix(['+', '-']).unwrap_or(&v);
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && v.parse::<i64>().is_err() {
+                let key = key.trim();
+                return Some(if section.is_empty() { key.to_string() } else { format!("{section}.{key}") });
+            }
+        }
+    }
+    None
+}
+
+/// The message of a config that does not parse, with the key of an out-of-range integer
+/// named when the parser did not name it.
+fn parse_message(text: Option<&str>, message: String) -> String {
+    match text.and_then(out_of_range_integer) {
+        Some(key) if message.contains("too large") || message.contains("too small") => {
+            format!("{message} (`{key}` is beyond the range of a TOML integer)")
+        }
+        _ => message,
+    }
+}
+
 fn at_path(path: &str) -> String {
     if path.is_empty() {
         String::new()
@@ -462,6 +498,10 @@ fn default_max_group_rows() -> usize {
     4096
 }
 
+/// The longest TTL a config may give (replicas, tombstones), ms: 100 years, far inside what
+/// Redis takes (`PX` is a signed 64-bit count) and what binval computes in ms.
+pub const MAX_TTL_MS: u64 = 100 * 365 * 86_400_000;
+
 impl Config {
     /// Load `path` (TOML or YAML by extension) with `BINVAL__*` environment overrides, then
     /// validate. Errors name the file and the field.
@@ -478,7 +518,10 @@ impl Config {
                 config::Environment::with_prefix("BINVAL").prefix_separator("__").separator("__"),
             )
             .build()
-            .map_err(|e| ConfigError::Load { path: p.clone(), message: e.to_string() })?;
+            .map_err(|e| {
+                let text = std::fs::read_to_string(path).ok();
+                ConfigError::Load { path: p.clone(), message: parse_message(text.as_deref(), e.to_string()) }
+            })?;
         let c: Config = cfg.try_deserialize().map_err(|e| ConfigError::Load { path: p.clone(), message: explain(&e.to_string()) })?;
         c.validate(&p)?;
         Ok(c)
@@ -489,7 +532,7 @@ impl Config {
         let cfg = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .map_err(|e| ConfigError::Load { path: "<inline>".into(), message: e.to_string() })?;
+            .map_err(|e| ConfigError::Load { path: "<inline>".into(), message: parse_message(Some(text), e.to_string()) })?;
         let c: Config =
             cfg.try_deserialize().map_err(|e| ConfigError::Load { path: "<inline>".into(), message: explain(&e.to_string()) })?;
         c.validate("<inline>")?;
@@ -511,6 +554,9 @@ impl Config {
         StartPoint::parse(&self.source.start, StartForms::SOURCE_START).map_err(|r| bad("source.start".into(), r))?;
         if self.source.name.is_empty() || !self.source.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad("source.name".into(), "must be non-empty and use only [A-Za-z0-9._-]".into()));
+        }
+        if !(100..=3_600_000).contains(&self.source.reconnect_max_ms) {
+            return Err(bad("source.reconnect_max_ms".into(), "must be 100..=3600000 ms".into()));
         }
         if !(300..=600_000).contains(&self.source.lease_ms) {
             return Err(bad("source.lease_ms".into(), "must be 300..=600000 ms".into()));
@@ -540,6 +586,12 @@ impl Config {
         if self.redis.tombstone_ttl_ms == 0 {
             return Err(bad("redis.tombstone_ttl_ms".into(), "must be > 0 (a tombstone without TTL would never leave Redis)".into()));
         }
+        if self.redis.tombstone_ttl_ms > MAX_TTL_MS {
+            return Err(bad("redis.tombstone_ttl_ms".into(), format!("must be at most {MAX_TTL_MS} ms (100 years)")));
+        }
+        if !(1..=600_000).contains(&self.redis.timeout_ms) {
+            return Err(bad("redis.timeout_ms".into(), "must be 1..=600000 ms".into()));
+        }
         if self.redis.urls.is_empty() {
             return Err(bad("redis.urls".into(), "needs at least one redis:// URL".into()));
         }
@@ -564,8 +616,9 @@ impl Config {
                 format!("`{}` is not a legal Kafka topic name ([a-zA-Z0-9._-], 1..249 chars)", self.kafka.topic),
             ));
         }
-        if self.kafka.replication_factor < 1 {
-            return Err(bad("kafka.replication_factor".into(), "must be >= 1".into()));
+        if !(1..=i16::MAX as i32).contains(&self.kafka.replication_factor) {
+            // Kafka's CreateTopics request carries it as an INT16.
+            return Err(bad("kafka.replication_factor".into(), "must be 1..=32767".into()));
         }
         if self.kafka.partitions < 1 {
             return Err(bad("kafka.partitions".into(), "must be >= 1".into()));
@@ -600,6 +653,9 @@ impl Config {
             }
             if m.replicas == 0 || m.replicas > 64 {
                 return Err(bad(f("replicas"), format!("{} is out of range 1..=64", m.replicas)));
+            }
+            if m.ttl_secs > MAX_TTL_MS / 1000 {
+                return Err(bad(f("ttl_secs"), format!("{} is out of range 0..={} s (100 years)", m.ttl_secs, MAX_TTL_MS / 1000)));
             }
             for (k, key) in m.keys.iter().enumerate() {
                 let t = KeyTemplate::parse(key).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
@@ -712,10 +768,49 @@ replicas = 8
             ("heartbeat_interval_ms = 0", "source.heartbeat_interval_ms"),
             ("transaction_memory_mb = 0", "source.transaction_memory_mb"),
             ("spill_dir = \"/nonexistent/binval\"", "source.spill_dir"),
+            ("reconnect_max_ms = 0", "source.reconnect_max_ms"),
+            ("reconnect_max_ms = 3600001", "source.reconnect_max_ms"),
+            ("lease_ms = 100", "source.lease_ms"),
+            ("heartbeat_ms = 0", "source.heartbeat_ms"),
+            ("heartbeat_ms = 4294968", "source.heartbeat_ms"),
+            ("heartbeat_interval_ms = 60001", "source.heartbeat_interval_ms"),
+            ("transaction_memory_mb = 65537", "source.transaction_memory_mb"),
+            // Beyond the field's type: named by the deserializer.
+            ("fence_epoch = 256", "fence_epoch"),
+            ("fence_epoch = -1", "fence_epoch"),
         ] {
             let e = with(extra).unwrap_err().to_string();
             assert!(e.contains(field), "{extra}: {e}");
         }
+        let e = Config::from_toml(&OK.replace("server_id = 77", "server_id = 4294967296")).unwrap_err().to_string();
+        assert!(e.contains("server_id"), "{e}");
+        let section = |name: &str, extra: &str| {
+            let text = OK.replace(&format!("[{name}]\n"), &format!("[{name}]\n{extra}\n"));
+            Config::from_toml(&text).unwrap_err().to_string()
+        };
+        for (name, extra, field) in [
+            ("redis", "timeout_ms = 0", "redis.timeout_ms"),
+            ("redis", "timeout_ms = 600001", "redis.timeout_ms"),
+            ("redis", "tombstone_ttl_ms = 0", "redis.tombstone_ttl_ms"),
+            ("redis", "tombstone_ttl_ms = 9223372036854775807", "redis.tombstone_ttl_ms"),
+            // Beyond TOML's integers (i64): the parser's error, with the key named by binval.
+            ("redis", "tombstone_ttl_ms = 18446744073709551615", "redis.tombstone_ttl_ms"),
+            ("kafka", "partitions = 0", "kafka.partitions"),
+            ("kafka", "replication_factor = 0", "kafka.replication_factor"),
+            ("kafka", "replication_factor = 40000", "kafka.replication_factor"),
+            ("kafka", "partitions = 2147483648", "partitions"),
+            ("[mappings]", "ttl_secs = 9223372036854775807", "mappings[0].ttl_secs"),
+            ("[mappings]", "ttl_secs = 18446744073709551616", "mappings[0].ttl_secs"),
+        ] {
+            let e = section(name, extra);
+            assert!(e.contains(field), "{extra}: {e}");
+        }
+        let e = Config::from_toml(&format!("{OK}\n[checkpoint]\ninterval_ms = 0\n")).unwrap_err().to_string();
+        assert!(e.contains("checkpoint.interval_ms"), "{e}");
+        let e = Config::from_toml(&format!("{OK}\n[metrics]\nready_max_lag_ms = 0\n")).unwrap_err().to_string();
+        assert!(e.contains("metrics.ready_max_lag_ms"), "{e}");
+        let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group_rows = 1000001\n")).unwrap_err().to_string();
+        assert!(e.contains("apply.max_group_rows"), "{e}");
         let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group_rows = 0\n")).unwrap_err().to_string();
         assert!(e.contains("apply.max_group_rows"), "{e}");
         let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group = 10\n")).unwrap_err().to_string();

@@ -83,6 +83,8 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod failpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ha;
 pub mod mapping;
 pub mod monitor;

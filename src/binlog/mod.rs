@@ -21,7 +21,7 @@
 pub mod boundary;
 pub mod ddl;
 pub mod decode;
-mod events;
+pub(crate) mod events;
 pub mod framing;
 pub mod heartbeat;
 pub mod json_columns;

@@ -16,7 +16,7 @@
 //! reader's own is reading the file (event lengths, CRC32 checksums) and the JSON lines.
 
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Cursor, Read, Seek};
 use std::path::Path;
 
 use mysql_common::binlog::consts::{BinlogVersion, EventType};
@@ -105,11 +105,28 @@ pub fn read_file(path: &Path, start: Option<u64>, stop: Option<u64>, emit: impl 
 ///
 /// Errors: as [`read_file`]; a start inside an event ([`OfflineError::NotABoundary`]) or past
 /// the end ([`OfflineError::BeyondEnd`]).
-pub fn read_file_with(path: &Path, opts: &DecodeOptions, mut emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+pub fn read_file_with(path: &Path, opts: &DecodeOptions, emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
     let file = path.display().to_string();
     let io = |e: std::io::Error| OfflineError::Io { file: file.clone(), source: e };
-    let mut f = BufReader::new(File::open(path).map_err(io)?);
-    let len = f.get_ref().metadata().map_err(io)?.len();
+    let f = File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    read_from(BufReader::new(f), len, file, opts, emit)
+}
+
+/// [`read_file_with`] over a binlog file's bytes in memory; `name` stands for the file in
+/// errors (fuzzing, tests). Errors as [`read_file_with`]'s, with `name` and the position.
+pub fn read_bytes(name: &str, bytes: &[u8], opts: &DecodeOptions, emit: impl FnMut(Json)) -> Result<Summary, OfflineError> {
+    read_from(Cursor::new(bytes), bytes.len() as u64, name.to_string(), opts, emit)
+}
+
+/// Read the binlog `f` (`len` bytes, named `file` in errors) as [`read_file_with`] does.
+fn read_from<R: Read + Seek>(
+    mut f: R,
+    len: u64,
+    file: String,
+    opts: &DecodeOptions,
+    mut emit: impl FnMut(Json),
+) -> Result<Summary, OfflineError> {
     let mut magic = [0u8; 4];
     if f.read_exact(&mut magic).is_err() || magic != MAGIC {
         return Err(OfflineError::NotABinlog { file });
@@ -148,7 +165,7 @@ pub fn read_file_with(path: &Path, opts: &DecodeOptions, mut emit: impl FnMut(Js
 /// Walk the event headers from `pos` (just after the FORMAT_DESCRIPTION) to `start`: errors
 /// when `start` lies inside an event or past the end of the file (`len` bytes). Leaves `f` at
 /// `start`.
-fn skip_to_boundary(f: &mut BufReader<File>, file: &str, mut pos: u64, start: u64, len: u64) -> Result<(), OfflineError> {
+fn skip_to_boundary(f: &mut (impl Read + Seek), file: &str, mut pos: u64, start: u64, len: u64) -> Result<(), OfflineError> {
     let io = |e: std::io::Error| OfflineError::Io { file: file.to_string(), source: e };
     if start > len {
         return Err(OfflineError::BeyondEnd { file: file.to_string(), pos: start, len });
@@ -184,7 +201,7 @@ fn skip_to_boundary(f: &mut BufReader<File>, file: &str, mut pos: u64, start: u6
 /// length, parsed and its checksum checked. Returns the event and its size, or `None` when
 /// mysql_common reads no event there.
 fn read_event(
-    f: &mut BufReader<File>,
+    f: &mut impl Read,
     esr: &mut EventStreamReader,
     file: &str,
     pos: u64,
@@ -206,6 +223,11 @@ fn read_event(
     }
     buf.resize(size as usize, 0);
     f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
+    crate::binlog::framing::check_event_bytes(esr.get_fde(), &buf).map_err(|detail| OfflineError::Corrupt {
+        file: file.clone(),
+        pos,
+        detail,
+    })?;
     let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
     let Some(ev) = ev else { return Ok(None) };
     verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;

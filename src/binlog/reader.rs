@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest};
 use tokio::sync::{mpsc, watch};
@@ -189,19 +189,33 @@ async fn read_once(
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
             None => {
+                // mysql_async parses each event with mysql_common inside `next`, and
+                // mysql_common 0.37 panics on some damaged events (fuzzing found an event body
+                // shorter than its checksum, and TRANSACTION_PAYLOAD headers; binval checks
+                // those itself where it calls the parser, see `framing::check_event_bytes`).
+                // Here binval cannot check first, so as a last resort a panic in the parser is
+                // caught and becomes an error naming the position, and the connection is
+                // dropped (the stream is not used again).
                 let next = tokio::select! {
-                    r = tokio::time::timeout(silent_limit, stream.next()) => r,
+                    r = tokio::time::timeout(silent_limit, std::panic::AssertUnwindSafe(stream.next()).catch_unwind()) => r,
                     _ = shutdown.wait_for(|v| *v) => return Ok(()),
                 };
+                // Before the first ROTATE of a GTID start no file is known: name the GTID.
+                let at = || if ctx.file.is_empty() { position_text.clone() } else { format!("{}:{}", ctx.file, ctx.last_pos) };
                 let ev = match next {
                     Err(_) => return Err(TransientError::SourceSilent { silent_ms: silent_limit.as_millis() as u64 }.into()),
-                    Ok(None) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
-                    // Before the first ROTATE of a GTID start no file is known: name the GTID.
-                    Ok(Some(Err(e))) => {
-                        let at = if ctx.file.is_empty() { position_text.clone() } else { format!("{}:{}", ctx.file, ctx.last_pos) };
-                        return Err(classify_mysql(e, &at));
+                    Ok(Err(panic)) => {
+                        let what =
+                            panic.downcast_ref::<String>().map(String::as_str).or(panic.downcast_ref::<&str>().copied()).unwrap_or("");
+                        return Err(TransientError::Source(format!(
+                            "unreadable event after {}: the binlog event parser failed: {what}",
+                            at()
+                        ))
+                        .into());
                     }
-                    Ok(Some(Ok(ev))) => ev,
+                    Ok(Ok(None)) => return Err(TransientError::Source("server closed the binlog stream".into()).into()),
+                    Ok(Ok(Some(Err(e)))) => return Err(classify_mysql(e, &at())),
+                    Ok(Ok(Some(Ok(ev)))) => ev,
                 };
                 stats.events.fetch_add(1, Relaxed);
                 if matches!(ev.header().event_type_raw(), HEARTBEAT_EVENT | HEARTBEAT_EVENT_V2) {

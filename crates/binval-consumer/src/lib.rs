@@ -509,7 +509,7 @@
 //! | `binval_consumer_evictions_total` | counter | events that removed a held entry |
 //! | `binval_consumer_capacity_evictions_total` | counter | entries removed by the entry/byte bound |
 //! | `binval_consumer_expirations_total` | counter | entries removed by their TTL |
-//! | `binval_consumer_bad_messages_total` | counter | topic messages skipped (not an event) |
+//! | `binval_consumer_bad_messages_total` | counter | topic messages skipped: no payload, longer than `max_message_bytes`, or not an event |
 //! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`, binlog time, 1 s resolution) or publish (`from="publish"`) to its eviction here |
 //! | `binval_consumer_fail_safe_engaged_total` | counter | times the fail safe stopped local serving |
 //! | `binval_consumer_listener_rebuilds_total` | counter | librdkafka consumers replaced (connections presumed wedged) |
@@ -547,6 +547,8 @@ mod consumer;
 mod error;
 mod fail_safe;
 mod front;
+#[doc(hidden)]
+pub mod fuzzing;
 mod hot;
 mod listener;
 mod loader;
@@ -565,6 +567,7 @@ pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer};
 pub use error::ConsumerError;
 pub use hot::HotKey;
+pub use listener::{decode_message, BadMessage};
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};

@@ -52,6 +52,9 @@ pub(crate) struct ListenerSettings {
     pub metadata_refresh: Duration,
     pub request_timeout: Duration,
     pub max_staleness: Option<Duration>,
+    /// Messages longer than this are counted as bad and skipped
+    /// ([`crate::ConsumerBuilder::max_message_bytes`]).
+    pub max_message_bytes: usize,
 }
 
 pub(crate) fn create_consumer(s: &ListenerSettings) -> Result<BaseConsumer, ConsumerError> {
@@ -333,7 +336,8 @@ impl<'a> Listener<'a> {
                         shared.clear_local();
                     }
                     *n = (*n).max(msg.offset() + 1);
-                    if let Some(ev) = parse_message(shared, msg.topic(), msg.partition(), msg.offset(), msg.payload()) {
+                    if let Some(ev) = parse_message(shared, s.max_message_bytes, msg.topic(), msg.partition(), msg.offset(), msg.payload())
+                    {
                         self.batch.push(ev);
                     }
                 }
@@ -482,25 +486,56 @@ fn stream_lost(e: &KafkaError) -> bool {
     }
 }
 
-/// Parse one topic message into an event; a message without payload or that does not parse
-/// is logged (topic, partition, offset, error), counted and skipped.
+/// The longest invalidation message taken by default, bytes: 1 MiB, Kafka's default
+/// `message.max.bytes`. binval's events are a few hundred bytes (a key, a table, a position).
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Why a topic message is not an invalidation event (it is counted and skipped).
+#[derive(Debug, thiserror::Error)]
+pub enum BadMessage {
+    /// A message with no payload (a tombstone record).
+    #[error("message has no payload")]
+    NoPayload,
+    /// A payload longer than [`crate::ConsumerBuilder::max_message_bytes`]; not parsed.
+    #[error("message of {len} bytes exceeds the {max}-byte limit (max_message_bytes)")]
+    TooLarge {
+        /// Payload length, bytes.
+        len: usize,
+        /// The limit, bytes.
+        max: usize,
+    },
+    /// A payload that is not an invalidation event: not JSON, a missing or mistyped field, a
+    /// newer schema.
+    #[error("message is not an invalidation event: {0}")]
+    NotAnEvent(#[from] binval_protocol::event::EventDecodeError),
+}
+
+/// Decode one topic message payload into an event, or say why it is not one. The whole of
+/// the consumer's message parsing (fuzzed by the `invalidation_message` target).
+pub fn decode_message(payload: Option<&[u8]>, max_bytes: usize) -> Result<InvalidationEvent, BadMessage> {
+    let payload = payload.ok_or(BadMessage::NoPayload)?;
+    if payload.len() > max_bytes {
+        return Err(BadMessage::TooLarge { len: payload.len(), max: max_bytes });
+    }
+    Ok(InvalidationEvent::from_json(payload)?)
+}
+
+/// Parse one topic message into an event; a message without payload, longer than
+/// `max_bytes`, or that does not parse is logged (topic, partition, offset, error), counted
+/// and skipped: the stream goes on with the next message.
 pub(crate) fn parse_message(
     shared: &Shared,
+    max_bytes: usize,
     topic: &str,
     partition: i32,
     offset: i64,
     payload: Option<&[u8]>,
 ) -> Option<InvalidationEvent> {
-    let Some(payload) = payload else {
-        shared.counters.bad_message();
-        warn!(topic, partition, offset, "skipping invalidation message without payload");
-        return None;
-    };
-    match InvalidationEvent::from_json(payload) {
+    match decode_message(payload, max_bytes) {
         Ok(ev) => Some(ev),
         Err(e) => {
             shared.counters.bad_message();
-            warn!(topic, partition, offset, error = %e, "skipping invalidation message that does not parse");
+            warn!(topic, partition, offset, error = %e, "skipping invalidation message");
             None
         }
     }

@@ -226,6 +226,70 @@ async fn bad_message_is_skipped_and_counted() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// 5b. A message longer than `max_message_bytes` (here a well-formed event, padded) is not
+/// parsed: counted as bad and skipped, and the events after it still apply.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_message_is_skipped_and_counted() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 3).await?;
+    let key = format!("{}:55", binval_testkit::unique_name("item"));
+    let mut r = redis_conn().await?;
+    write_standalone(&mut r, &key, 1, "one", 1).await?;
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).max_message_bytes(1024).build().await?;
+    assert_eq!(c.get(&key).await?.as_deref(), Some("one"));
+
+    let p = producer(&broker.bootstrap())?;
+    let mut rx = c.subscribe_evictions();
+    // An event for version 5 with a table name that makes it 4 KiB: over the limit, so it must
+    // not evict; the next (normal) event, for version 2, does.
+    let mut big = event(&key, 5);
+    big.table = format!("shop.{}", "x".repeat(4096));
+    publish_raw(&p, &topic, &key, &big.to_json()).await?;
+    publish_raw(&p, &topic, &key, &vec![b'{'; 8192]).await?;
+    write_standalone(&mut r, &key, 1, "two", 2).await?;
+    publish(&p, &topic, &event(&key, 2)).await?;
+    let n = wait_notice(&mut rx, &key, 2, WAIT).await?;
+    assert!(n.evicted);
+    let s = c.stats();
+    assert_eq!((s.bad_messages, s.events, s.evictions), (2, 1, 1), "{s:?}");
+    assert_eq!(c.get(&key).await?.as_deref(), Some("two"));
+    assert!(c.is_serving_local());
+    c.shutdown().await;
+
+    let Err(err) = builder(&topic).redis_standalone(binval_testkit::redis().url()).max_message_bytes(0).build().await else {
+        panic!("max_message_bytes(0) accepted")
+    };
+    assert!(err.to_string().contains("max_message_bytes"), "{err}");
+    Ok(())
+}
+
+/// 5c. A replica hash binval did not write (a position that is not a number; a key of another
+/// type) is an error naming the key, never a miss or a value.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_replica_hash_is_an_error_naming_the_key() -> anyhow::Result<()> {
+    init_tracing();
+    let broker = binval_testkit::broker();
+    let topic = create_topic(&broker.bootstrap(), 3).await?;
+    let key = format!("{}:56", binval_testkit::unique_name("item"));
+    let rkey = replica_key(&key, 0);
+    let mut r = redis_conn().await?;
+    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).build().await?;
+
+    let _: () = redis::cmd("HSET").arg(&rkey).arg("d").arg("{}").arg("p").arg("12x").query_async(&mut r).await?;
+    let err = c.get(&key).await.unwrap_err().to_string();
+    assert!(err.contains(&rkey) && err.contains("12x"), "{err}");
+
+    let _: () = r.del(&rkey).await?;
+    let _: () = r.set(&rkey, "a plain string").await?;
+    let err = c.get(&key).await.unwrap_err().to_string();
+    assert!(err.contains(&rkey) && err.contains("WRONGTYPE"), "{err}");
+    assert_eq!(c.cached_version(&key), None, "nothing cached");
+    let _: () = r.del(&rkey).await?;
+    c.shutdown().await;
+    Ok(())
+}
+
 /// 6. Through a 3-master Redis Cluster, with replicas on different slots.
 #[tokio::test(flavor = "multi_thread")]
 async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> {

@@ -92,6 +92,7 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
             .collect()
     });
     while !buf.is_empty() {
+        let left = buf.len();
         let before = match &before_cols {
             Some(cols) => Some(read_image(table, cols, None, &mut buf, None)?),
             None => None,
@@ -100,7 +101,45 @@ pub fn decode_rows(table: &TableSchema, ev: &RowsEventData<'_>, out: &mut Vec<Ro
             Some(cols) => Some(read_image(table, cols, json_ordinals.as_deref(), &mut buf, before.as_ref())?),
             None => None,
         };
+        if buf.len() == left {
+            // No column present in either image (a damaged bitmap or column count): a row
+            // takes no byte, so the bytes left would be read as rows without end (found by
+            // fuzzing: rows were pushed until memory ran out).
+            return Err(parse_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a row image without any column leaves {left} bytes of the row event unread"),
+            )));
+        }
         out.push(RowChange { table: table.name.clone(), kind, before, after, event: 0, json_columns: table.json_columns.clone() });
+    }
+    Ok(())
+}
+
+/// Check a binary DECIMAL(`precision`, `scale`) at the start of `bytes` before mysql_common
+/// reads it: it multiplies the last fraction group by a power of ten unchecked, so a group
+/// beyond its digits overflowed (found by fuzzing). The schema guarantees `scale <= precision`.
+fn check_decimal(bytes: &[u8], precision: usize, scale: usize) -> std::io::Result<()> {
+    const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
+    let intg = precision - scale;
+    let size = DIG2BYTES[intg % 9] + intg / 9 * 4 + scale / 9 * 4 + DIG2BYTES[scale % 9];
+    let digits = scale % 9;
+    if digits == 0 || bytes.len() < size || size == 0 {
+        return Ok(()); // nothing to multiply, or too short: mysql_common says so itself
+    }
+    let negative = (bytes[0] ^ 0x80) & 0x80 != 0;
+    let n = DIG2BYTES[digits];
+    let mut group = bytes[size - n..size].to_vec();
+    if size == n {
+        group[0] ^= 0x80;
+    }
+    let unsigned = group.iter().fold(0i64, |a, &b| (a << 8) | b as i64);
+    let signed = if group[0] & 0x80 != 0 { unsigned - (1i64 << (8 * n)) } else { unsigned };
+    let x = if negative { !signed } else { signed };
+    if !(0..10i64.pow(digits as u32)).contains(&x) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("DECIMAL({precision},{scale}): its last fraction group {x} has more than {digits} digits"),
+        ));
     }
     Ok(())
 }
@@ -156,6 +195,17 @@ fn read_image<'de>(
                 }
                 _ => false,
             };
+            if col.ty == ColumnType::MYSQL_TYPE_DATETIME2 && buf.0.first().is_some_and(|b| b & 0x80 == 0) {
+                // A DATETIME2 is stored with its sign bit set (offset 0x8000000000); a negative
+                // one makes mysql_common 0.37 overflow (negate i64::MIN; found by fuzzing).
+                return Err(parse_err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "DATETIME2 value below its range (sign bit clear)",
+                )));
+            }
+            if col.ty == ColumnType::MYSQL_TYPE_NEWDECIMAL {
+                check_decimal(buf.0, col.meta[0] as usize, col.meta[1] as usize).map_err(parse_err)?;
+            }
             let v = if col.ty == ColumnType::MYSQL_TYPE_TIME2 && matches!(col.meta.first(), Some(1 | 2)) {
                 time2_short_fraction(buf).map_err(parse_err)?
             } else {

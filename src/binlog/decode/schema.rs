@@ -118,10 +118,32 @@ fn typed_columns(tme: &TableMapEvent<'static>, name: &Arc<str>) -> Result<Vec<Co
                 })
             }
         };
+        let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+        let needed = metadata_needed(ty, meta);
+        if meta.len() < needed {
+            // mysql_common indexes the metadata of these types without checking its length.
+            return Err(DecodeError::Parse {
+                table: name.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("TABLE_MAP gives column #{i} ({ty:?}) {} metadata bytes, its type needs {needed}", meta.len()),
+                ),
+            });
+        }
+        if ty == ColumnType::MYSQL_TYPE_NEWDECIMAL && meta[1] > meta[0] {
+            // mysql_common computes precision - scale unchecked.
+            return Err(DecodeError::Parse {
+                table: name.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("TABLE_MAP gives column #{i} DECIMAL scale {} above its precision {}", meta[1], meta[0]),
+                ),
+            });
+        }
         columns.push(ColumnSchema {
             name: Arc::from(format!("@{i}").as_str()),
             ty,
-            meta: tme.get_column_metadata(i).unwrap_or(&[]).to_vec(),
+            meta: meta.to_vec(),
             unsigned: false,
             charset: 0,
             text: crate::binlog::decode::charset::Charset::of(0),
@@ -131,6 +153,59 @@ fn typed_columns(tme: &TableMapEvent<'static>, name: &Arc<str>) -> Result<Vec<Co
         });
     }
     Ok(columns)
+}
+
+/// Check the ENUM / SET labels of a TABLE_MAP (per column: a length-encoded count, then that
+/// many length-encoded strings) before mysql_common reads them: it reserves memory for the
+/// count before reading any label, so a damaged count allocated without bound (found by
+/// fuzzing). Each label takes at least one byte, so the count is bounded by the bytes left.
+fn check_str_values(vals: &impl mysql_common::proto::MySerialize) -> std::io::Result<()> {
+    let mut raw = Vec::new();
+    vals.serialize(&mut raw);
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("TABLE_MAP ENUM/SET labels: {m}"));
+    let mut buf = mysql_common::io::ParseBuf(&raw);
+    while !buf.is_empty() {
+        let n = buf.checked_eat_lenenc_int().ok_or_else(|| bad("truncated label count"))?;
+        if n > buf.len() as u64 {
+            return Err(bad(&format!("{n} labels announced, {} bytes left", buf.len())));
+        }
+        for _ in 0..n {
+            buf.checked_eat_lenenc_str().ok_or_else(|| bad("truncated label"))?;
+        }
+    }
+    Ok(())
+}
+
+/// How many TABLE_MAP metadata bytes mysql_common 0.37 reads, unchecked, when it parses a
+/// value of type `ty` (a TABLE_MAP with fewer made it panic: found by fuzzing). A typed array
+/// is read as the type its first metadata byte names.
+fn metadata_needed(ty: ColumnType, meta: &[u8]) -> usize {
+    use ColumnType::*;
+    let ty = match (ty, meta.first()) {
+        (MYSQL_TYPE_TYPED_ARRAY, None) => return 1,
+        (MYSQL_TYPE_TYPED_ARRAY, Some(&t)) => ColumnType::try_from(t).unwrap_or(MYSQL_TYPE_TYPED_ARRAY),
+        (ty, _) => ty,
+    };
+    match ty {
+        MYSQL_TYPE_STRING
+        | MYSQL_TYPE_BIT
+        | MYSQL_TYPE_NEWDECIMAL
+        | MYSQL_TYPE_ENUM
+        | MYSQL_TYPE_SET
+        | MYSQL_TYPE_VARCHAR
+        | MYSQL_TYPE_VAR_STRING => 2,
+        MYSQL_TYPE_TIMESTAMP2
+        | MYSQL_TYPE_DATETIME2
+        | MYSQL_TYPE_TIME2
+        | MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB
+        | MYSQL_TYPE_BLOB
+        | MYSQL_TYPE_GEOMETRY
+        | MYSQL_TYPE_VECTOR
+        | MYSQL_TYPE_TYPED_ARRAY => 1,
+        _ => 0,
+    }
 }
 
 /// Apply the TABLE_MAP optional metadata (`binlog_row_metadata=FULL`) to `columns`:
@@ -165,6 +240,7 @@ fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSc
                 }
             }
             OptionalMetadataField::EnumStrValue(vals) => {
+                check_str_values(&vals)?;
                 for (k, v) in vals.iter_values().enumerate() {
                     let v = v?;
                     if let Some(&i) = enums.get(k) {
@@ -173,6 +249,7 @@ fn apply_optional_metadata(tme: &TableMapEvent<'static>, columns: &mut [ColumnSc
                 }
             }
             OptionalMetadataField::SetStrValue(vals) => {
+                check_str_values(&vals)?;
                 for (k, v) in vals.iter_values().enumerate() {
                     let v = v?;
                     if let Some(&i) = sets.get(k) {

@@ -21,6 +21,7 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Res
     let v = match v {
         BinlogValue::Value(v) => v,
         BinlogValue::Jsonb(j) => {
+            check_jsonb(&j).map_err(|e| DecodeError::Parse { table: table.into(), source: e })?;
             let dom = j.parse().map_err(|e| DecodeError::Parse { table: table.into(), source: e })?;
             return Ok(Json::from(dom));
         }
@@ -42,6 +43,40 @@ pub fn value_to_json(table: &str, col: &ColumnSchema, v: BinlogValue<'_>) -> Res
         Value::Time(neg, days, h, mi, s, us) => time_json(col, neg, days, (h, mi, s, us)),
         Value::Bytes(b) => bytes_json(table, col, b)?,
     })
+}
+
+/// Check a binary JSON value for what mysql_common 0.37's `parse` panics on (found by
+/// fuzzing): an opaque DECIMAL whose scale exceeds its precision, an opaque DATE / DATETIME /
+/// TIMESTAMP / TIME whose packed value is `i64::MIN` (negated unchecked). Walks the whole
+/// document; errors name what is wrong.
+fn check_jsonb(v: &mysql_common::binlog::jsonb::Value<'_>) -> std::io::Result<()> {
+    use mysql_common::binlog::jsonb::Value as J;
+    use mysql_common::constants::ColumnType as T;
+    let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+    match v {
+        J::SmallArray(a) => a.iter().try_for_each(|e| check_jsonb(&e?)),
+        J::LargeArray(a) => a.iter().try_for_each(|e| check_jsonb(&e?)),
+        J::SmallObject(o) => o.iter().try_for_each(|e| check_jsonb(&e?.1)),
+        J::LargeObject(o) => o.iter().try_for_each(|e| check_jsonb(&e?.1)),
+        J::Opaque(o) => {
+            let data = o.data_raw();
+            match o.value_type() {
+                T::MYSQL_TYPE_NEWDECIMAL => match data {
+                    [precision, scale, ..] if scale <= precision => Ok(()),
+                    [precision, scale, ..] => Err(bad(format!("JSON DECIMAL scale {scale} above its precision {precision}"))),
+                    _ => Err(bad("JSON DECIMAL without precision and scale".into())),
+                },
+                T::MYSQL_TYPE_DATE | T::MYSQL_TYPE_DATETIME | T::MYSQL_TYPE_TIMESTAMP | T::MYSQL_TYPE_TIME => {
+                    match data.first_chunk::<8>().map(|b| i64::from_le_bytes(*b)) {
+                        Some(i64::MIN) => Err(bad(format!("JSON {:?} packed value out of range", o.value_type()))),
+                        _ => Ok(()),
+                    }
+                }
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The error for a value that does not fit its column type.

@@ -130,7 +130,9 @@ fn uncompress_record(rec: &[u8]) -> Result<Vec<u8>, String> {
     if len == 0 {
         return Err("record announces an uncompressed length of 0".into());
     }
-    let mut out = Vec::with_capacity(len);
+    // The announced length (up to 4 GiB) only bounds the output: the buffer grows with the
+    // bytes zlib actually gives, so a lying header cannot make binval allocate gigabytes.
+    let mut out = Vec::with_capacity(len.min(1 << 16));
     flate2::read::ZlibDecoder::new(&rest[lenlen..])
         .take(len as u64 + 1)
         .read_to_end(&mut out)

@@ -23,6 +23,7 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
     use mysql_common::binlog::events::TransactionPayloadEvent;
     use std::io::Read as _;
     let err = |m: String| DecodeError::Payload(m);
+    check_payload_header(ev.data()).map_err(|m| err(format!("its header is unreadable: {m}")))?;
     let tpe: TransactionPayloadEvent<'_> = ev.read_event().map_err(|e| err(format!("its header is unreadable: {e}")))?;
     let announced = tpe.uncompressed_size();
     let mut reader = tpe.decompressed().map_err(|e| err(format!("{:?} decompression: {e}", tpe.algorithm())))?;
@@ -65,10 +66,18 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
                 "inner event at offset {offset} has length {size}, beyond the announced uncompressed size {announced}"
             )));
         }
-        buf.resize(size, 0);
-        reader
-            .read_exact(&mut buf[BinlogEventHeader::LEN..])
+        // Read the body without allocating its announced length first: `size` comes from the
+        // payload itself (up to 4 GiB), the bytes actually there are what is allocated.
+        let body = (size - BinlogEventHeader::LEN) as u64;
+        let got = (&mut reader)
+            .take(body)
+            .read_to_end(&mut buf)
             .map_err(|e| err(format!("inner event at offset {offset} ({size} bytes) is cut short: {e}")))?;
+        if got as u64 != body {
+            return Err(err(format!(
+                "inner event at offset {offset} ({size} bytes) is cut short: the payload ends after {got} of its body bytes"
+            )));
+        }
         if matches!(
             EventType::try_from(ty),
             Ok(EventType::FORMAT_DESCRIPTION_EVENT | EventType::TRANSACTION_PAYLOAD_EVENT | EventType::ROTATE_EVENT)
@@ -85,6 +94,64 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
         return Err(err(format!("the payload holds {offset} bytes of events, the event announces {announced}")));
     }
     Ok(events)
+}
+
+/// Check the header fields of a TRANSACTION_PAYLOAD event body (`data`, checksum excluded)
+/// the way mysql_common 0.37 reads them, before it does: it panics on a field type above 255,
+/// a compression type other than ZSTD (0) or NONE (255), and an unknown field whose length
+/// runs past the body (found by fuzzing). Errors say which; the rest (sizes against the body)
+/// mysql_common checks itself.
+pub fn check_payload_header(data: &[u8]) -> Result<(), String> {
+    /// A length-encoded integer as mysql_common's `read_lenenc_int` reads it (0xfb and 0xff
+    /// refused), or as `eat_lenenc_int` does (`lenient`: they are 0).
+    fn lenenc(buf: &mut &[u8], lenient: bool) -> Result<u64, String> {
+        let (&first, rest) = buf.split_first().ok_or("the header ends inside a field")?;
+        let n = match first {
+            0..=0xfa => 0,
+            0xfc => 2,
+            0xfd => 3,
+            0xfe => 8,
+            _ if lenient => 0,
+            _ => return Err(format!("bad length-encoded integer (first byte {first:#04x})")),
+        };
+        let bytes = rest.get(..n).ok_or("the header ends inside a length-encoded integer")?;
+        *buf = &rest[n..];
+        Ok(if n == 0 {
+            if first <= 0xfa {
+                first as u64
+            } else {
+                0
+            }
+        } else {
+            bytes.iter().rev().fold(0u64, |a, &b| (a << 8) | b as u64)
+        })
+    }
+    let mut buf = data;
+    while !buf.is_empty() {
+        match lenenc(&mut buf, false)? {
+            0 => return Ok(()),
+            1 | 3 => {
+                lenenc(&mut buf, false)?;
+                lenenc(&mut buf, false)?;
+            }
+            2 => {
+                lenenc(&mut buf, false)?;
+                let alg = lenenc(&mut buf, false)?;
+                if alg != 0 && alg != 255 {
+                    return Err(format!("compression type {alg} is neither ZSTD (0) nor NONE (255)"));
+                }
+            }
+            t if t > 255 => return Err(format!("field type {t} is not a header field")),
+            _ => {
+                let len = lenenc(&mut buf, true)?;
+                if len > buf.len() as u64 {
+                    return Err(format!("a field of {len} bytes runs past the header's {} bytes", buf.len()));
+                }
+                buf = &buf[len as usize..];
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

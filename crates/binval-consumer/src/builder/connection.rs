@@ -136,6 +136,21 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The longest invalidation message the listener takes, bytes. A longer one is not
+    /// parsed: like a message that is not an event, it is logged (topic, partition, offset,
+    /// size), counted in `binval_consumer_bad_messages_total` ([`crate::Stats::bad_messages`])
+    /// and skipped, and the stream goes on. Default 1 MiB (Kafka's default
+    /// `message.max.bytes`); binval's events are a few hundred bytes. At least 1.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.max_message_bytes(64 * 1024);
+    /// ```
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
     /// Prefix of the listener's unique Kafka `group.id` (the rest is pid, time and a random
     /// number). Default `binval-consumer`. Useful to recognise instances in broker tooling.
     ///

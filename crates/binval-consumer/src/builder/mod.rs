@@ -93,6 +93,7 @@ pub struct ConsumerBuilder {
     fill_guard_ttl: Duration,
     metadata_refresh: Duration,
     kafka_request_timeout: Duration,
+    max_message_bytes: usize,
     max_staleness: Option<Duration>,
     shutdown_timeout: Duration,
     eviction_channel_capacity: usize,
@@ -141,6 +142,7 @@ impl Default for ConsumerBuilder {
             fill_guard_ttl: Duration::from_secs(30),
             metadata_refresh: Duration::from_secs(5),
             kafka_request_timeout: Duration::from_secs(5),
+            max_message_bytes: crate::listener::DEFAULT_MAX_MESSAGE_BYTES,
             max_staleness: Some(Duration::from_secs(2)),
             shutdown_timeout: Duration::from_secs(5),
             eviction_channel_capacity: 4096,
@@ -260,6 +262,7 @@ impl ConsumerBuilder {
             metadata_refresh: self.metadata_refresh,
             request_timeout: self.kafka_request_timeout,
             max_staleness: self.max_staleness,
+            max_message_bytes: self.max_message_bytes,
         })
     }
 

@@ -54,6 +54,9 @@ impl ConsumerBuilder {
         if self.topic.as_deref().is_none_or(|t| t.trim().is_empty()) {
             return cfg("topic", "no invalidation topic given: call .topic(name)");
         }
+        if self.max_message_bytes == 0 {
+            return cfg("max_message_bytes", "must be at least 1 byte");
+        }
         if self.replicas == 0 {
             return cfg("replicas", "must be at least 1");
         }
