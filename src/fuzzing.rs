@@ -64,7 +64,7 @@ pub fn binlog_file(data: &[u8]) {
 /// the other, each as long as its header says (a last partial event is dropped, as a
 /// connection would never deliver one).
 pub fn binlog_events(data: &[u8]) {
-    let Some((&mode, mut rest)) = data.split_first() else { return };
+    let Some((&mode, rest)) = data.split_first() else { return };
     let flavour = mode % 5;
     let mut esr = EventStreamReader::new(BinlogVersion::Version4);
     if flavour != 0 {
@@ -80,13 +80,7 @@ pub fn binlog_events(data: &[u8]) {
     let mut ctx = ReadContext::new(&mapper, &mut state, &mut xa, &stats, mariadb, &resume, ReadSettings::default());
     let mut tables = TableMaps::new();
     let mut out = Vec::new();
-    while rest.len() >= BinlogEventHeader::LEN {
-        let size = u32::from_le_bytes([rest[9], rest[10], rest[11], rest[12]]) as usize;
-        if size < BinlogEventHeader::LEN || size > rest.len() {
-            return;
-        }
-        let (bytes, tail) = rest.split_at(size);
-        rest = tail;
+    for bytes in whole_events(rest) {
         // The replica connection's parser (mysql_async) reads each event the same way; the
         // live reader catches what it cannot (see `binlog::reader`).
         if crate::binlog::framing::check_event_bytes(esr.get_fde(), bytes).is_err() {
@@ -189,17 +183,8 @@ pub const EVENTS_PER_SEED: usize = 8;
 /// events in turn. Cutting stops at the first event whose length does not fit; a file without
 /// the binlog magic gives none.
 pub fn binlog_event_seeds(file: &[u8]) -> Vec<Vec<u8>> {
-    let mut events: Vec<&[u8]> = Vec::new();
-    let Some(mut rest) = file.strip_prefix(b"\xfebin") else { return Vec::new() };
-    while rest.len() >= BinlogEventHeader::LEN {
-        let size = u32::from_le_bytes([rest[9], rest[10], rest[11], rest[12]]) as usize;
-        if size < BinlogEventHeader::LEN || size > rest.len() {
-            break;
-        }
-        let (ev, tail) = rest.split_at(size);
-        events.push(ev);
-        rest = tail;
-    }
+    let Some(rest) = file.strip_prefix(&crate::binlog::offline::MAGIC[..]) else { return Vec::new() };
+    let events: Vec<&[u8]> = whole_events(rest).collect();
     let Some((fde, others)) = events.split_first() else { return Vec::new() };
     others
         .chunks(EVENTS_PER_SEED)
@@ -210,4 +195,18 @@ pub fn binlog_event_seeds(file: &[u8]) -> Vec<Vec<u8>> {
             seed
         })
         .collect()
+}
+
+/// The events of `bytes` laid one after the other, each as long as its header's event size
+/// (bytes 9..13), up to the first whose size is shorter than a header or runs past the end.
+fn whole_events(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        let size = u32::from_le_bytes(bytes.get(9..13)?.try_into().ok()?) as usize;
+        if size < BinlogEventHeader::LEN || size > bytes.len() {
+            return None;
+        }
+        let (event, tail) = bytes.split_at(size);
+        bytes = tail;
+        Some(event)
+    })
 }

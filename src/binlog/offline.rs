@@ -28,7 +28,7 @@ use crate::binlog::decode::{decode_rows, RowKind, TableSchema};
 use crate::binlog::framing::{Body, Framed, Framer, FramingError, FramingErrorKind, TableMaps, MARIADB_GTID_EVENT};
 
 /// Binlog file magic: `\xfe` `bin`.
-const MAGIC: [u8; 4] = [0xfe, b'b', b'i', b'n'];
+pub(crate) const MAGIC: [u8; 4] = [0xfe, b'b', b'i', b'n'];
 /// Size of a v4 event header, bytes.
 const HEADER_LEN: usize = 19;
 
