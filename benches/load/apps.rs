@@ -70,9 +70,12 @@ impl Apps {
     pub async fn start(bench: &Bench, topic: &str) -> anyhow::Result<Apps> {
         let mut instances = Vec::new();
         for _ in 0..INSTANCES {
+            let mut b = Consumer::builder();
+            if let Ok(ms) = std::env::var("BENCH_FETCH_WAIT_MS") {
+                b = b.kafka_property("fetch.wait.max.ms", ms);
+            }
             instances.push(
-                Consumer::builder()
-                    .redis_cluster(bench.cluster.clone())
+                b.redis_cluster(bench.cluster.clone())
                     .brokers(bench.brokers.clone())
                     .topic(topic.to_string())
                     .replicas(8)

@@ -20,12 +20,15 @@
 //! | `BENCH_ROWS` | 10000 | rows of the mapped table (8 suffix replicas each) |
 //! | `BENCH_CATCHUP` | 150000 | transactions of the catch-up backlog (0: no catch-up table) |
 //! | `BENCH_PYTHON` | unset | a python with `pymysqlreplication` importable, for the side-by-side |
+//! | `BENCH_LINGER_MS` | unset (binval's default, 5) | binval's producer `linger.ms` (`kafka.properties`) |
+//! | `BENCH_FETCH_WAIT_MS` | unset (the crate's default, 10) | the app instances' `fetch.wait.max.ms` |
 //!
 //! What each column means is printed under the tables (`report.rs`).
 
 mod apps;
 mod binval;
 mod catchup;
+mod cpu;
 mod report;
 mod setup;
 mod writer;
@@ -73,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
     }
     report::print_cells(&cells);
     report::print_legs(&cells);
+    report::print_cpu(&cells);
     report::explain_cells();
 
     let backlog: u64 = env_or("BENCH_CATCHUP", 150_000);
@@ -113,6 +117,7 @@ async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Durati
     let probes = apps.probe(bench.app_url(), bench.probe_ids(), move |id| format!("{prefix}:item:{id}"));
     let serving = apps.sample_serving(Duration::from_millis(20));
     let cpu0 = bv.cpu_secs();
+    let machine0 = cpu::CpuSnapshot::take();
     let m0 = bv.scrape().await?;
     let w = writer::run(&bench.app_url(), bench.rows, rate, writers, secs, None).await?;
     let stopped = Instant::now();
@@ -124,6 +129,7 @@ async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Durati
     });
     let m1 = bv.scrape().await?;
     let cpu = bv.cpu_secs() - cpu0;
+    let cpu_by_component = cpu::CpuSnapshot::take().since(&machine0);
     let lags = sampler.finish().await;
     let probe = probes.finish().await;
     let served = serving.finish().await;
@@ -139,6 +145,8 @@ async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Durati
     Ok(Cell {
         rate,
         writer_per_s: w.commits as f64 / w.secs,
+        writer_secs: w.secs,
+        cpu_by_component,
         binval_tx_per_s: txs / busy.max(1e-9),
         binval_rows_per_s: rows / busy.max(1e-9),
         cpu_us_per_tx: if txs > 0.0 { cpu * 1e6 / txs } else { f64::NAN },

@@ -10,6 +10,8 @@ use crate::Rate;
 pub struct Cell {
     pub rate: Rate,
     pub writer_per_s: f64,
+    /// Seconds the writer wrote.
+    pub writer_secs: f64,
     pub binval_tx_per_s: f64,
     pub binval_rows_per_s: f64,
     pub cpu_us_per_tx: f64,
@@ -24,6 +26,9 @@ pub struct Cell {
     pub peak_rss_mib: f64,
     /// binval's own legs, from its histograms over the cell.
     pub legs: Legs,
+    /// CPU seconds per component ([`crate::cpu::COMPONENTS`]) from the writer's start to the
+    /// catch-up, and the writer's commits over it (for CPU per commit).
+    pub cpu_by_component: Vec<f64>,
 }
 
 /// binval's part of commit -> eviction, from its `/metrics` histograms (bucket-interpolated,
@@ -53,6 +58,22 @@ pub fn print_legs(cells: &[Cell]) {
             ms(c.legs.kafka_ack_ms[0]),
             ms(c.legs.kafka_ack_ms[1]),
         );
+    }
+}
+
+/// Where the machine's CPU went: µs of CPU per writer commit per component, and cores used.
+pub fn print_cpu(cells: &[Cell]) {
+    let names: Vec<&str> = crate::cpu::COMPONENTS.iter().map(|(_, n)| *n).collect();
+    println!("\nCPU per writer commit, µs (cores busy over the cell), user + system of every process of the component:\n");
+    println!("| writer target | {} | total |", names.join(" | "));
+    println!("|---|{}---:|", "---:|".repeat(names.len()));
+    for c in cells {
+        let commits = c.writer_per_s * c.writer_secs;
+        let busy = c.writer_secs + c.caught_up.map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        let cell = |cpu: f64| format!("{:.0} ({:.2})", cpu * 1e6 / commits.max(1.0), cpu / busy.max(1e-9));
+        let total: f64 = c.cpu_by_component.iter().sum();
+        let cols: Vec<String> = c.cpu_by_component.iter().map(|&v| cell(v)).collect();
+        println!("| {} | {} | {} |", rate_name(c.rate), cols.join(" | "), cell(total));
     }
 }
 

@@ -102,7 +102,7 @@ urls = [{urls}]
 brokers = "{brokers}"
 topic = "{topic}"
 create_topic = false
-
+{linger}
 [checkpoint]
 store = "redis"
 interval_ms = 1000
@@ -123,6 +123,10 @@ mode = "write-through"
             db = self.db,
             urls = urls.join(", "),
             brokers = self.brokers,
+            linger = match std::env::var("BENCH_LINGER_MS") {
+                Ok(ms) => format!("properties = {{ \"linger.ms\" = \"{ms}\" }}\n"),
+                Err(_) => String::new(),
+            },
         );
         let dir = tk::state_root().join("configs");
         std::fs::create_dir_all(&dir)?;
