@@ -93,6 +93,33 @@ async fn fenced_writes(kind: RedisKind) {
     );
     assert_eq!(block(|| state(&mut r)), (30, vec![(Some("v30".into()), Some(30), false); 3]));
 
+    // Each write leaves exactly its kind's fields and its own TTL, whatever the record was
+    // (the script overwrites in place, without DEL; see `LUA_WRITE_REPLICA`).
+    let fields = |r: &mut RedisClient| -> (Vec<String>, i64) {
+        let mut f: Vec<String> = r.cmd(redis::cmd("HKEYS").arg(format!("{key}:r0")));
+        f.sort();
+        (f, r.cmd(redis::cmd("PTTL").arg(format!("{key}:r0"))))
+    };
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let with_ttl = |c: KeyChange, secs: u64| KeyChange { ttl_secs: secs, ..c };
+    apply(with_ttl(ch(Some("v31"), Op::Update), 100), w(31, 1)).await.unwrap();
+    let (f, ttl) = block(|| fields(&mut r));
+    assert_eq!(f, names(&["d", "f", "p", "x"]), "a set with a TTL marks it");
+    assert!(ttl > 0 && ttl <= 100_000, "{ttl}");
+    apply(ch(Some("v32"), Op::Update), w(32, 1)).await.unwrap();
+    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "p"]), -1), "a set without TTL over one with a TTL drops it");
+    apply(ch(None, Op::Delete), w(33, 1)).await.unwrap();
+    let (f, ttl) = block(|| fields(&mut r));
+    assert_eq!(f, names(&["f", "p", "t", "x"]), "a tombstone holds no payload");
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    apply(ch(None, Op::Update), w(34, 1)).await.unwrap();
+    let (f, ttl) = block(|| fields(&mut r));
+    assert_eq!(f, names(&["f", "p", "x"]), "an invalidate-mode record holds the position only");
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+    apply(ch(Some("v35"), Op::Update), w(35, 1)).await.unwrap();
+    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "p"]), -1));
+    assert_eq!(block(|| state(&mut r)), (35, vec![(Some("v35".into()), Some(35), false); 3]));
+
     // A writer with an older fencing token than the one that wrote the key is refused.
     apply(ch(Some("v40"), Op::Update), w(40, 2)).await.unwrap();
     let e = apply(ch(Some("stale"), Op::Update), w(50, 1)).await.unwrap_err();

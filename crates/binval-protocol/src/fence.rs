@@ -199,32 +199,66 @@ local function newer(a, b)
 end
 "#;
 
+/// Lua helper shared by the replica and whole-key scripts: write one replica record `k` (see
+/// "Replica record") at position `pos` under fencing token `tok`, of `kind` `set` (payload
+/// `data`), `del` or `inv`, with TTL `ttl` ms (`'0'` = none). Returns `-1`, `0` or `1` as
+/// [`replica_write_script`] does.
+///
+/// Cost, the reason for its shape: a change writes N replicas, so this runs N times per key
+/// change and is most of the Redis CPU binval costs (docs/benchmarks.md, "Load benchmark").
+/// One read (`HMGET p f t x`) and, in the common case (a `set` over a `set`, no TTL), one
+/// `HSET` that overwrites the fields in place: no `DEL` and re-create of the hash, and a
+/// replica node replays one command. Fields the new kind does not have are removed (`t` only
+/// when the read found it), and `x` records that the key carries a TTL, so `PERSIST` runs only
+/// when one must go. A tombstone (`t`) always counts as carrying one: records written before
+/// `x` existed (binval 0.1) kept a TTL only on tombstones and invalidate-mode records; such an
+/// invalidate-mode record overwritten by a `set` without TTL keeps its TTL once, and expiring
+/// then only makes readers fall back to their loader.
+const LUA_WRITE_REPLICA: &str = r#"
+local function put(k, x, ...)
+  if x then return redis.call('HSET', k, 'x', '1', ...) end
+  return redis.call('HSET', k, ...)
+end
+local function write_replica(k, pos, tok, kind, data, ttl)
+  local cur = redis.call('HMGET', k, 'p', 'f', 't', 'x')
+  if cur[2] and newer(cur[2], tok) then return -1 end
+  if cur[1] and not newer(pos, cur[1]) then return 0 end
+  local x = ttl ~= '0'
+  if kind == 'set' then
+    put(k, x, 'd', data, 'p', pos, 'f', tok)
+    if cur[3] then redis.call('HDEL', k, 't') end
+  elseif kind == 'del' then
+    put(k, x, 'p', pos, 't', '1', 'f', tok)
+    if not cur[3] then redis.call('HDEL', k, 'd') end
+  else
+    put(k, x, 'p', pos, 'f', tok)
+    redis.call('HDEL', k, 'd', 't')
+  end
+  if x then
+    redis.call('PEXPIRE', k, ttl)
+  elseif cur[4] or cur[3] then
+    redis.call('PERSIST', k)
+    if cur[4] then redis.call('HDEL', k, 'x') end
+  end
+  return 1
+end
+"#;
+
 /// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind, payload
 /// (ignored unless kind is `set`), TTL in ms (`0` = none).
 ///
 /// Kinds: `set` stores the payload; `del` stores a tombstone (`t` = 1; readers answer "no row");
 /// `inv` (invalidate mode) stores only the position, so readers see a missing replica and fall
-/// back to their loader, while an older write is still refused.
+/// back to their loader, while an older write is still refused. The record holds the fields of
+/// its kind only, and a TTL only when the write asks for one, whatever was there before.
 ///
 /// Returns `1` when applied, `0` when the record already holds this or a newer position (a
 /// no-op re-apply), `-1` when the record was written under a newer fencing token (this writer
 /// has lost its lease and must stop).
 pub fn replica_write_script() -> String {
     format!(
-        "{LUA_NEWER}
-local cur = redis.call('HMGET', KEYS[1], 'p', 'f')
-if cur[2] and newer(cur[2], ARGV[2]) then return -1 end
-if cur[1] and not newer(ARGV[1], cur[1]) then return 0 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] == 'set' then
-  redis.call('HSET', KEYS[1], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
-elseif ARGV[3] == 'del' then
-  redis.call('HSET', KEYS[1], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
-else
-  redis.call('HSET', KEYS[1], 'p', ARGV[1], 'f', ARGV[2])
-end
-if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
-return 1
+        "{LUA_NEWER}{LUA_WRITE_REPLICA}
+return write_replica(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "
     )
 }
@@ -239,26 +273,13 @@ return 1
 /// token. Returns `{replicas written, version moved (0|1), lost lease (0|1), skipped (0|1)}`.
 pub fn key_apply_script() -> String {
     format!(
-        "{LUA_NEWER}
+        "{LUA_NEWER}{LUA_WRITE_REPLICA}
 local ver = redis.call('GET', KEYS[1])
 if ver and newer(ver, ARGV[1]) then return {{0, 0, 0, 1}} end
 local written, lost = 0, 0
 for i = 2, #KEYS do
-  local cur = redis.call('HMGET', KEYS[i], 'p', 'f')
-  if cur[2] and newer(cur[2], ARGV[2]) then
-    lost = 1
-  elseif not cur[1] or newer(ARGV[1], cur[1]) then
-    redis.call('DEL', KEYS[i])
-    if ARGV[3] == 'set' then
-      redis.call('HSET', KEYS[i], 'd', ARGV[4], 'p', ARGV[1], 'f', ARGV[2])
-    elseif ARGV[3] == 'del' then
-      redis.call('HSET', KEYS[i], 'p', ARGV[1], 't', '1', 'f', ARGV[2])
-    else
-      redis.call('HSET', KEYS[i], 'p', ARGV[1], 'f', ARGV[2])
-    end
-    if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[i], ARGV[5]) end
-    written = written + 1
-  end
+  local r = write_replica(KEYS[i], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  if r == -1 then lost = 1 elseif r == 1 then written = written + 1 end
 end
 if lost == 1 then return {{written, 0, 1, 0}} end
 local moved = 0
