@@ -168,7 +168,7 @@ async fn mariadb_over_tls_with_require_ssl_user() {
 /// The README's ACL rule for binval, for keys `{prefix}:*`.
 fn binval_acl(user: &str, prefix: &str) -> Vec<String> {
     let rule = format!(
-        "{user} on >{PW} resetkeys ~{prefix}:* ~binval:* resetchannels -@all +ping +info +cluster|slots +script|load +evalsha +eval +get +set +hget +hmget +hset +del +pexpire +pttl +time +scan"
+        "{user} on >{PW} resetkeys ~{prefix}:* ~binval:* resetchannels -@all +ping +info +cluster|slots +script|load +evalsha +eval +get +set +hget +hmget +hset +hdel +del +pexpire +persist +pttl +time +scan"
     );
     rule.split(' ').map(String::from).collect()
 }
@@ -234,6 +234,21 @@ async fn redis_over_tls_with_acl_users_standalone_and_cluster() {
         let until = Instant::now() + Duration::from_secs(20);
         while !consumer.get(&key).await.unwrap().is_some_and(|v| v.contains("second")) {
             assert!(Instant::now() < until, "{kind}: the update evicts and the new value is read");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // A delete (tombstone: HSET + HDEL of the payload + PEXPIRE inside the script) and a
+        // row inserted again over the tombstone (HDEL of `t`, PERSIST): every command the
+        // replica script may call passes the README's rule.
+        env.exec("DELETE FROM items WHERE id = 1").await;
+        let until = Instant::now() + Duration::from_secs(20);
+        while consumer.get(&key).await.unwrap().is_some() {
+            assert!(Instant::now() < until, "{kind}: the delete evicts and the tombstone reads as no row");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        env.exec("INSERT INTO items VALUES (1, 'third')").await;
+        let until = Instant::now() + Duration::from_secs(20);
+        while !consumer.get(&key).await.unwrap().is_some_and(|v| v.contains("third")) {
+            assert!(Instant::now() < until, "{kind}: the row inserted again replaces the tombstone");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         consumer.shutdown().await;
