@@ -181,6 +181,16 @@ fn app_acl(user: &str, prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Read `key` through `consumer` every 50 ms until `ok` holds for what it reads; panics with
+/// `what` after 20 s.
+async fn read_until(consumer: &Consumer, key: &str, ok: impl Fn(Option<&str>) -> bool, what: &str) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ok(consumer.get(key).await.unwrap().as_deref()) {
+        assert!(Instant::now() < until, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_with_acl_users_standalone_and_cluster() {
     let certs = tk::test_certs();
@@ -220,37 +230,17 @@ async fn redis_over_tls_with_acl_users_standalone_and_cluster() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         env.exec("INSERT INTO items VALUES (1, 'first')").await;
         let key = format!("{}:item:1", env.prefix);
-        let until = Instant::now() + Duration::from_secs(20);
-        let mut seen = None;
-        while Instant::now() < until {
-            seen = consumer.get(&key).await.unwrap();
-            if seen.as_deref().is_some_and(|v| v.contains("first")) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(seen.is_some_and(|v| v.contains("first")), "{kind}: the consumer reads binval's write over TLS");
+        let has = |text: &'static str| move |v: Option<&str>| v.is_some_and(|v| v.contains(text));
+        read_until(&consumer, &key, has("first"), &format!("{kind}: the consumer reads binval's write over TLS")).await;
         env.exec("UPDATE items SET title = 'second' WHERE id = 1").await;
-        let until = Instant::now() + Duration::from_secs(20);
-        while !consumer.get(&key).await.unwrap().is_some_and(|v| v.contains("second")) {
-            assert!(Instant::now() < until, "{kind}: the update evicts and the new value is read");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        read_until(&consumer, &key, has("second"), &format!("{kind}: the update evicts and the new value is read")).await;
         // A delete (tombstone: HSET + HDEL of the payload + PEXPIRE inside the script) and a
         // row inserted again over the tombstone (HDEL of `t`, PERSIST): every command the
         // replica script may call passes the README's rule.
         env.exec("DELETE FROM items WHERE id = 1").await;
-        let until = Instant::now() + Duration::from_secs(20);
-        while consumer.get(&key).await.unwrap().is_some() {
-            assert!(Instant::now() < until, "{kind}: the delete evicts and the tombstone reads as no row");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        read_until(&consumer, &key, |v| v.is_none(), &format!("{kind}: the delete evicts and the tombstone reads as no row")).await;
         env.exec("INSERT INTO items VALUES (1, 'third')").await;
-        let until = Instant::now() + Duration::from_secs(20);
-        while !consumer.get(&key).await.unwrap().is_some_and(|v| v.contains("third")) {
-            assert!(Instant::now() < until, "{kind}: the row inserted again replaces the tombstone");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        read_until(&consumer, &key, has("third"), &format!("{kind}: the row inserted again replaces the tombstone")).await;
         consumer.shutdown().await;
         running.stop().await;
 

@@ -162,14 +162,7 @@ impl Binval {
 
     /// User + system CPU seconds of the process (all threads).
     pub fn cpu_secs(&self) -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        // Fields after the command name (which may hold spaces) start after the last ')':
-        // utime and stime are the 12th and 13th of them.
-        let rest: Vec<&str> = s.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
-        let field = |i: usize| rest.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        (field(11) + field(12)) as f64 / hz
+        crate::cpu::stat_cpu_secs(&std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default())
     }
 
     /// Peak resident set (VmHWM), MiB.

@@ -28,11 +28,11 @@ impl CpuSnapshot {
         for e in dir.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+            let Some((head, _)) = stat.rsplit_once(')') else { continue };
             let comm = head.split_once('(').map(|(_, c)| c).unwrap_or("");
             let name = if pid == me { "" } else { comm };
             let Some(&(key, _)) = COMPONENTS.iter().find(|(c, _)| *c == name) else { continue };
-            *by.entry(key).or_default() += cpu_of(rest);
+            *by.entry(key).or_default() += stat_cpu_secs(&stat);
         }
         CpuSnapshot(by)
     }
@@ -43,9 +43,11 @@ impl CpuSnapshot {
     }
 }
 
-/// utime + stime (the 12th and 13th fields after the command name) in seconds.
-fn cpu_of(rest: &str) -> f64 {
-    let f: Vec<&str> = rest.split_whitespace().collect();
+/// User + system CPU seconds from the text of `/proc/<pid>/stat` (all threads of the process):
+/// the fields after the command name (which may hold spaces) start after the last `)`, and
+/// utime and stime are the 12th and 13th of them. 0 when the text is not a stat line.
+pub fn stat_cpu_secs(stat: &str) -> f64 {
+    let f: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
     let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
