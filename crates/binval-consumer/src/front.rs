@@ -8,10 +8,10 @@
 //! from it, tagged with a **generation**: a counter in [`crate::state::Shared`] that is bumped
 //! *after* every change that may make a remembered entry wrong — every applied batch of
 //! invalidation events (whether or not it evicted: the entry may have left moka by size and
-//! still be remembered here), every fill the fill-race guard removed again, every fail-safe
-//! clear. A front entry is served only while the generation is the one read *before* the entry
-//! was read from moka, and only before its own expiry time (its TTL, measured from slightly
-//! before moka's), so:
+//! still be remembered here), every fill cached (a newer value) or removed again by the
+//! fill-race guard, every fail-safe clear. A front entry is served only while the generation is
+//! the one read *before* the entry was read from moka, and only before its own expiry time (its
+//! TTL, measured from slightly before moka's), so:
 //!
 //! - an entry read from moka before an eviction carries an older generation than the bump that
 //!   follows the eviction, and is never served after it;

@@ -224,7 +224,7 @@
 //! ~85-100 ns. Correctness does not depend on it: a front entry is tagged with a generation
 //! read *before* the entry was read from moka, and every change that may make a remembered
 //! entry wrong — each applied event batch (even one that evicted nothing: the key may have
-//! left moka by size), each fill the fill-race guard removed again, each replacement, each
+//! left moka by size), each fill cached or removed again by the fill-race guard, each
 //! fail-safe clear — bumps the generation *after* the change. A front entry is served only at
 //! its generation and before its own expiry (taken just before moka's), so it is exactly as
 //! fresh as a moka hit at the same moment. Every 32nd hit of a slot reads moka anyway, so its

@@ -441,9 +441,13 @@ impl Shared {
             Some(e) if e.value().version > version => Op::Nop,
             _ => Op::Put(entry),
         });
-        if matches!(put, CompResult::ReplacedWith(_)) {
-            // A refresh or a newer fill replaced an entry: threads' fronts should not keep
-            // serving the replaced one (it is not wrong — no event touched it — just older).
+        if matches!(put, CompResult::ReplacedWith(_) | CompResult::Inserted(_)) {
+            // A refresh or a newer fill cached a value: threads' fronts should not keep serving
+            // an older one (not wrong — no event touched it — just older). Also on `Inserted`:
+            // a front may remember an entry that left moka without a bump (dropped for size),
+            // and moka's Inserted/ReplacedWith is decided from a snapshot taken before the put,
+            // which a concurrent removal can make wrong (moka-rs/moka#593). Fills are rare next
+            // to hits, so one bump per cached fill costs each thread a moka read per slot.
             self.bump_front();
         }
         let refused = self.guard_refuses(key, version);
@@ -607,6 +611,23 @@ mod tests {
         let notices = s.apply_batch(&[ev("k", 2)]);
         assert!(!notices[0].evicted, "nothing left in the cache to evict");
         assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_none(), "front still serves after the event");
+    }
+
+    /// The front remembers an entry the local cache dropped (for size); a newer fill of the key
+    /// is an insert, not a replacement, and must still invalidate the front, so the next read
+    /// sees the newer value.
+    #[test]
+    fn a_fill_after_a_size_drop_invalidates_the_front() {
+        let s = shared();
+        let (old, new): (Arc<str>, Arc<str>) = (Arc::from("v1"), Arc::from("v2"));
+        assert!(s.try_cache("k", Some(&old), 1, s.epoch(), None));
+        let gen = s.front_gen();
+        crate::front::put(s.id, gen, "k", &s.local.get("k").unwrap());
+        s.local.invalidate("k"); // as a size eviction would
+        assert!(s.try_cache("k", Some(&new), 2, s.epoch(), None));
+        let now = Instant::now();
+        assert!(crate::front::get(s.id, s.front_gen(), "k", now).is_none(), "front still serves v1 after v2 was cached");
+        assert_eq!(s.local.get("k").and_then(|e| e.value).as_deref(), Some("v2"));
     }
 
     /// A fill removed again by the fill-race guard, and a fail-safe clear, invalidate the front.

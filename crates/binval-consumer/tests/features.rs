@@ -256,7 +256,8 @@ async fn refresh_ahead_serves_current_value_and_refreshes_once() -> anyhow::Resu
         anyhow::ensure!(Instant::now() < deadline, "refresh never landed: {:?}", c.stats());
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(c.get(&k).await?.as_deref(), Some("v2"));
+    let after = c.get(&k).await?;
+    assert_eq!(after.as_deref(), Some("v2"), "read after the refresh landed (cached version {:?}): {:?}", c.cached_version(&k), c.stats());
     let s = c.stats();
     println!("refresh-ahead: {old} of 50 concurrent hits served v1; {s:?}");
     assert_eq!(s.refreshes, 1, "{s:?}");
