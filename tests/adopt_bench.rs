@@ -33,10 +33,7 @@ fn timed(args: &[&str]) -> (i32, Value, u64, Duration) {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        if let Some(v) =
-            status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        {
+        if let Some(v) = binval_testkit::procfs::peak_rss_kib(pid) {
             peak = peak.max(v);
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -20,10 +20,9 @@ use std::time::{Duration, Instant};
 
 use pipeline_env::*;
 
-/// Peak resident set of process `pid` (VmHWM), KiB.
+/// Peak resident set of process `pid` (VmHWM), KiB; 0 once it is gone.
 fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
+    binval_testkit::procfs::peak_rss_kib(pid).unwrap_or(0)
 }
 
 #[test]

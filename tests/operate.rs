@@ -126,13 +126,8 @@ fn status(config: &std::path::Path, json: bool) -> String {
 
 /// /proc/<pid>: (peak RSS in KiB, CPU seconds user+system).
 fn resources(pid: u32) -> (u64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map(|v| v.trim().trim_end_matches(" kB").parse().unwrap()).unwrap();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (hwm, ticks as f64 / hz)
+    let hwm = binval_testkit::procfs::peak_rss_kib(pid).expect("VmHWM of the leader");
+    (hwm, binval_testkit::procfs::cpu_secs(pid).expect("CPU time of the leader"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,13 +156,12 @@ impl Binval {
     }
 
     fn proc_status(&self, field: &str) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        s.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok()).unwrap_or(0)
+        binval_testkit::procfs::status_kib(self.child.id(), field).unwrap_or(0)
     }
 
     /// User + system CPU seconds of the process (all threads).
     pub fn cpu_secs(&self) -> f64 {
-        crate::cpu::stat_cpu_secs(&std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default())
+        binval_testkit::procfs::cpu_secs(self.child.id()).unwrap_or(0.0)
     }
 
     /// Peak resident set (VmHWM), MiB.

@@ -32,7 +32,7 @@ impl CpuSnapshot {
             let comm = head.split_once('(').map(|(_, c)| c).unwrap_or("");
             let name = if pid == me { "" } else { comm };
             let Some(&(key, _)) = COMPONENTS.iter().find(|(c, _)| *c == name) else { continue };
-            *by.entry(key).or_default() += stat_cpu_secs(&stat);
+            *by.entry(key).or_default() += binval_testkit::procfs::stat_cpu_secs(&stat).unwrap_or(0.0);
         }
         CpuSnapshot(by)
     }
@@ -41,15 +41,4 @@ impl CpuSnapshot {
     pub fn since(&self, earlier: &CpuSnapshot) -> Vec<f64> {
         COMPONENTS.iter().map(|(k, _)| self.0.get(k).copied().unwrap_or(0.0) - earlier.0.get(k).copied().unwrap_or(0.0)).collect()
     }
-}
-
-/// User + system CPU seconds from the text of `/proc/<pid>/stat` (all threads of the process):
-/// the fields after the command name (which may hold spaces) start after the last `)`, and
-/// utime and stime are the 12th and 13th of them. 0 when the text is not a stat line.
-pub fn stat_cpu_secs(stat: &str) -> f64 {
-    let f: Vec<&str> = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    (field(11) + field(12)) as f64 / hz
 }

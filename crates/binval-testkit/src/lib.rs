@@ -64,6 +64,12 @@
 //! ([`redis_tls`], [`redis_tls_cluster`]), a broker behind a TLS front and/or with SASL
 //! ([`SecureBroker`]).
 //!
+//! # Process figures
+//!
+//! [`procfs`]: a process's peak RSS and CPU time from `/proc/<pid>`, one parser for the tests
+//! (`tests/operate.rs`, `tests/huge_transaction.rs`, `tests/adopt_bench.rs`) and the load
+//! benchmark, so their figures of the same process are the same number.
+//!
 //! # Binaries
 //!
 //! `mariadbd`, `mariadb-install-db`, `mariadb` (client), `redis-server`,
@@ -73,6 +79,7 @@
 mod broker;
 mod mariadb;
 mod proc;
+pub mod procfs;
 mod redis;
 mod redis_replicated;
 mod slots;
