@@ -220,10 +220,6 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
         }
         EventData::TableMapEvent(tme) => on_table_map(ctx, placed, tme)?,
         EventData::RowsEvent(rows) => on_rows(ctx, placed, &framed.event, &rows)?,
-        // MySQL 8 binlog_transaction_compression=ON: the whole transaction (BEGIN, TABLE_MAPs,
-        // rows, XID) is inside; the framer yields those events next, or the error that stops
-        // a payload that cannot be read.
-        EventData::TransactionPayloadEvent(_) => None,
         EventData::IncidentEvent(i) => return Err(on_incident(ctx, placed, &i)),
         EventData::XaPrepareLogEvent(body) => on_xa_prepare(ctx, placed, &body)?,
         EventData::XidEvent(_) => ctx.commit(placed),

@@ -133,8 +133,9 @@ pub enum Body<'a> {
     /// An event mysql_common reads.
     Data(EventData<'a>),
     /// An event passed over unparsed: a type mysql_common does not read that may be passed
-    /// over ([`skippable_unknown_event`]), or a PREVIOUS_GTIDS event (binval uses nothing of
-    /// it, and mysql_common's parser is not safe on damaged ones).
+    /// over ([`skippable_unknown_event`]), a PREVIOUS_GTIDS event (binval uses nothing of it,
+    /// and mysql_common's parser is not safe on damaged ones), or a TRANSACTION_PAYLOAD (its
+    /// inner events are what is handled; the [`Framer`] read it).
     Skipped,
 }
 
@@ -164,13 +165,12 @@ impl Framed {
             return Ok(Body::Skipped);
         }
         if header.event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
-            // mysql_common panics on some damaged payload headers: checked first.
-            payload::check_payload_header(self.event.data()).map_err(|m| {
-                error(FramingErrorKind::Unreadable(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("TRANSACTION_PAYLOAD header: {m}"),
-                )))
-            })?;
+            // MySQL 8 binlog_transaction_compression=ON. The Framer has read it already (header
+            // checked, cut into its inner events: BEGIN, TABLE_MAPs, rows, XID, reported at the
+            // payload's position, which come next; or the error that stops a payload that cannot
+            // be read to its end, so a damaged payload passes none of its rows on). Nothing of
+            // the payload event itself is used: it is not parsed a second time.
+            return Ok(Body::Skipped);
         }
         match self.event.read_data() {
             Ok(Some(data)) => Ok(Body::Data(data)),

@@ -343,9 +343,6 @@ fn handle(
             }
         }
         EventData::RowsEvent(rows) => return on_rows(file, pos, &rows, line, tables, sum, emit),
-        // Its inner events (reported at the payload's position) follow from the framer once
-        // the whole payload has been read: a damaged payload emits none of its rows.
-        EventData::TransactionPayloadEvent(_) => {}
         other => describe(&other, &mut line),
     }
     emit(line);
