@@ -8,7 +8,8 @@
 # Needs a nightly toolchain (`rustup toolchain install nightly`); installs cargo-fuzz if it is
 # missing. Seed corpora are built from ../shared/binlogs/mysql-test (whole files for
 # binlog_file, cut into FORMAT_DESCRIPTION + 8 events for binlog_events: the cut of
-# binval::fuzzing::binlog_event_seeds), config/*.toml and fuzz/seeds/invalidation_message/.
+# binval::fuzzing::binlog_event_seeds, written by examples/fuzz_seeds.rs), config/*.toml and
+# fuzz/seeds/invalidation_message/.
 # Everything the runs write stays under .state/fuzz/ (git-ignored): corpus/<target>/ (kept
 # from run to run), artifacts/<target>/ (crash inputs), logs/<target>.log, summary.txt.
 # One process per target (no -jobs/-workers); libFuzzer's -rss_limit_mb=2048 flags an input
@@ -37,47 +38,9 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 echo "== seed corpora in $state/seeds"
-rm -rf "$state/seeds"
-mkdir -p "$state/seeds" "$state/logs"
-python3 - "$state/seeds" "$binlogs" "$root" <<'PY'
-import os, shutil, sys
-seeds, binlogs, root = sys.argv[1:4]
-EVENTS_PER_SEED = 8  # binval::fuzzing::EVENTS_PER_SEED
-for t in ("binlog_file", "binlog_events", "invalidation_message", "config"):
-    os.makedirs(os.path.join(seeds, t), exist_ok=True)
-names = sorted(os.listdir(binlogs)) if os.path.isdir(binlogs) else []
-for name in names:
-    data = open(os.path.join(binlogs, name), "rb").read()
-    shutil.copy(os.path.join(binlogs, name), os.path.join(seeds, "binlog_file", name))
-    if not data.startswith(b"\xfebin"):
-        continue
-    events, rest = [], data[4:]
-    while len(rest) >= 19:
-        size = int.from_bytes(rest[9:13], "little")
-        if size < 19 or size > len(rest):
-            break
-        events.append(rest[:size])
-        rest = rest[size:]
-    if not events:
-        continue
-    fde, others = events[0], events[1:]
-    for i in range(0, len(others), EVENTS_PER_SEED):
-        seed = b"\x00" + fde + b"".join(others[i:i + EVENTS_PER_SEED])
-        open(os.path.join(seeds, "binlog_events", f"{name}.{i // EVENTS_PER_SEED:04}"), "wb").write(seed)
-for name in sorted(os.listdir(os.path.join(root, "config"))):
-    shutil.copy(os.path.join(root, "config", name), os.path.join(seeds, "config", name))
-msgs = os.path.join(root, "fuzz", "seeds", "invalidation_message")
-for name in sorted(os.listdir(msgs)):
-    shutil.copy(os.path.join(msgs, name), os.path.join(seeds, "invalidation_message", name))
-# Committed crash inputs seed their own target too.
-for t in os.listdir(seeds):
-    reg = os.path.join(root, "fuzz", "regressions", t)
-    for name in sorted(os.listdir(reg)) if os.path.isdir(reg) else []:
-        if name not in ("README.md", ".gitkeep"):
-            shutil.copy(os.path.join(reg, name), os.path.join(seeds, t, "regression-" + name))
-for t in sorted(os.listdir(seeds)):
-    print(f"   {t}: {len(os.listdir(os.path.join(seeds, t)))} seeds")
-PY
+mkdir -p "$state/logs"
+# The cut of binval::fuzzing::binlog_event_seeds, which tests/fuzz_corpus.rs replays.
+cargo run --quiet --locked --example fuzz_seeds -- "$state/seeds" "$binlogs" "$root"
 
 echo "== building the targets (nightly, sanitizer $sanitizer)"
 cargo +nightly fuzz build --fuzz-dir fuzz -s "$sanitizer"

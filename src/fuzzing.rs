@@ -178,8 +178,8 @@ pub fn config(data: &[u8]) {
 /// How many events follow the FORMAT_DESCRIPTION in one `binlog_events` seed.
 pub const EVENTS_PER_SEED: usize = 8;
 
-/// The `binlog_events` seeds of a binlog file's bytes (`scripts/fuzz.sh` cuts them the same
-/// way): mode byte 0, the file's FORMAT_DESCRIPTION, then each run of [`EVENTS_PER_SEED`]
+/// The `binlog_events` seeds of a binlog file's bytes (`scripts/fuzz.sh` writes these, by
+/// `examples/fuzz_seeds.rs`): mode byte 0, the file's FORMAT_DESCRIPTION, then each run of [`EVENTS_PER_SEED`]
 /// events in turn. Cutting stops at the first event whose length does not fit; a file without
 /// the binlog magic gives none.
 pub fn binlog_event_seeds(file: &[u8]) -> Vec<Vec<u8>> {
