@@ -250,6 +250,12 @@ impl Consumer {
     /// The version the local cache holds `key` at, if it holds it (a value, or a cached "no
     /// row": a tombstone at its position, a missing key at 0); does not count as a hit or miss.
     /// For tests, debugging and `inspect`-style tooling.
+    ///
+    /// It reads the local cache itself, not a thread's front: while a fill or an event batch is
+    /// being applied it can already see the new state a moment before the fronts are
+    /// invalidated (the last step of both), when [`Consumer::get`] on another thread may still
+    /// serve the entry it replaced. A `get` that starts after one that saw the new state, or
+    /// after the [`EvictionNotice`](crate::EvictionNotice) of the event, sees it too.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
         self.inner.shared.local.get(key).map(|e| e.version)
     }

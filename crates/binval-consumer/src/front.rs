@@ -17,9 +17,11 @@
 //!   follows the eviction, and is never served after it;
 //! - an entry read after the eviction is not the evicted one.
 //!
-//! A front hit is therefore exactly as fresh as a moka hit at the same moment. Every
-//! [`REVISIT`]-th hit of a slot goes to moka anyway, so moka's frequency sketch still sees the
-//! key as hot (its size-based eviction keeps it).
+//! A front hit is therefore exactly as fresh as a moka hit at the same moment, counting a
+//! change as made when its bump is: between moka's change and the bump (both inside one event
+//! batch or one fill, before it reports anything) a front may still serve the entry replaced.
+//! Every [`REVISIT`]-th hit of a slot goes to moka anyway, so moka's frequency sketch still sees
+//! the key as hot (its size-based eviction keeps it).
 //!
 //! # Bounds
 //!
