@@ -9,8 +9,15 @@ use binval_consumer::Consumer;
 use pipeline_env::*;
 
 async fn app(env: &Env) -> Consumer {
-    let b =
-        Consumer::builder().brokers(tk::broker().bootstrap()).topic(env.topic.clone()).replicas(4).kafka_property("fetch.wait.max.ms", "5");
+    // A wide staleness bound: these tests are about events, not the fail safe, and on a
+    // loaded CI machine a lag check past the 2 s default clears the local cache (a truncate
+    // test's "other table's key stays cached" failed that way once).
+    let b = Consumer::builder()
+        .brokers(tk::broker().bootstrap())
+        .topic(env.topic.clone())
+        .replicas(4)
+        .kafka_property("fetch.wait.max.ms", "5")
+        .max_staleness(Some(Duration::from_secs(30)));
     let b = match env.redis {
         RedisKind::Standalone => b.redis_standalone(tk::redis().url()),
         RedisKind::Cluster => b.redis_cluster(tk::redis_cluster().urls()),
@@ -178,7 +185,7 @@ async fn truncate_evicts_every_key_of_the_table() {
     .expect("truncate event applied");
     assert_eq!(a.cached_version(&i1), None);
     assert_eq!(a.cached_version(&i2), None);
-    assert!(a.cached_version(&t1).is_some(), "another table's key stays cached");
+    assert!(a.cached_version(&t1).is_some(), "another table's key stays cached: {:?}", a.stats());
     assert_eq!(a.get(&i1).await.unwrap(), None, "the row is gone: replicas hold no payload any more");
     a.shutdown().await;
     run.stop().await;
