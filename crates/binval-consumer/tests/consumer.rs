@@ -21,15 +21,12 @@ struct Item {
 /// position; the next get hits.
 #[tokio::test(flavor = "multi_thread")]
 async fn fill_reads_one_replica_at_its_position() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:6666", binval_testkit::unique_name("item"));
+    let mut sc = Scene::new("item", 6666, 3).await?;
+    let key = sc.key.clone();
     let payload = r#"{"id":6666,"name":"lamp"}"#;
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 4, payload, 3).await?;
+    sc.write(4, payload, 3).await?;
 
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).build().await?;
+    let c = sc.consumer(4).build().await?;
     assert!(c.is_serving_local());
     assert_eq!(c.get(&key).await?.as_deref(), Some(payload));
     let s = c.stats();
@@ -37,7 +34,7 @@ async fn fill_reads_one_replica_at_its_position() -> anyhow::Result<()> {
     assert_eq!(c.cached_version(&key), Some(3));
 
     // Second read is a local hit, even though Redis changed behind its back (no event sent).
-    write_standalone(&mut r, &key, 4, r#"{"id":6666,"name":"changed"}"#, 4).await?;
+    sc.write(4, r#"{"id":6666,"name":"changed"}"#, 4).await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some(payload));
     let item: Option<Item> = c.get_json(&key).await?;
     assert_eq!(item, Some(Item { id: 6666, name: "lamp".into() }));
@@ -54,37 +51,32 @@ async fn fill_reads_one_replica_at_its_position() -> anyhow::Result<()> {
 /// 2. Two instances both hold K; an event for the new version evicts it on both.
 #[tokio::test(flavor = "multi_thread")]
 async fn event_evicts_on_every_instance() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:1", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 8, "old", 3).await?;
+    let mut sc = Scene::new("item", 1, 3).await?;
+    let key = sc.key.clone();
+    sc.write(8, "old", 3).await?;
 
-    let url = binval_testkit::redis().url();
-    let a = builder(&topic).redis_standalone(&url).replicas(8).build().await?;
-    let b = builder(&topic).redis_standalone(&url).replicas(8).build().await?;
+    let a = sc.consumer(8).build().await?;
+    let b = sc.consumer(8).build().await?;
     assert_ne!(a.group_id(), b.group_id());
     assert_eq!(a.get(&key).await?.as_deref(), Some("old"));
     assert_eq!(b.get(&key).await?.as_deref(), Some("old"));
     assert_eq!(a.cached_version(&key), Some(3));
     assert_eq!(b.cached_version(&key), Some(3));
 
-    let p = producer(&broker.bootstrap())?;
     let mut lat_a = Vec::new();
     let mut lat_b = Vec::new();
     // Several rounds, so the printed latency is not one sample; the first round is the test.
     for (round, version) in (4u64..=8).enumerate() {
         let payload = format!("new-{version}");
         // The writer's order: replicas, then the version token, then the event.
-        write_standalone(&mut r, &key, 8, &payload, version).await?;
-        let v: u64 = r.get(version_key(&key)).await?;
+        sc.write(8, &payload, version).await?;
+        let v: u64 = sc.redis.get(version_key(&key)).await?;
         assert_eq!(v, version);
 
         let mut rx_a = a.subscribe_evictions();
         let mut rx_b = b.subscribe_evictions();
         let t0 = Instant::now();
-        publish(&p, &topic, &event(&key, version)).await?;
+        sc.publish(version).await?;
         let acked = t0.elapsed();
         let (na, nb) = tokio::join!(
             async {
@@ -130,20 +122,16 @@ async fn event_evicts_on_every_instance() -> anyhow::Result<()> {
 /// 3. The evict rule: an event with version <= the cached version does not evict.
 #[tokio::test(flavor = "multi_thread")]
 async fn event_not_newer_than_cache_does_not_evict() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:3", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 2, "v5", 5).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(2).build().await?;
+    let mut sc = Scene::new("item", 3, 3).await?;
+    let key = sc.key.clone();
+    sc.write(2, "v5", 5).await?;
+    let c = sc.consumer(2).build().await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some("v5"));
     assert_eq!(c.cached_version(&key), Some(5));
 
-    let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
     for v in [4u64, 5] {
-        publish(&p, &topic, &event(&key, v)).await?;
+        sc.publish(v).await?;
         let n = wait_notice(&mut rx, &key, v, WAIT).await?;
         assert!(!n.evicted, "{n:?}");
         assert_eq!(c.cached_version(&key), Some(5));
@@ -152,7 +140,7 @@ async fn event_not_newer_than_cache_does_not_evict() -> anyhow::Result<()> {
     let s = c.stats();
     assert_eq!((s.hits, s.misses, s.events, s.evictions), (1, 1, 2, 0), "{s:?}");
 
-    publish(&p, &topic, &event(&key, 6)).await?;
+    sc.publish(6).await?;
     assert!(wait_notice(&mut rx, &key, 6, WAIT).await?.evicted);
     assert_eq!(c.cached_version(&key), None);
     c.shutdown().await;
@@ -163,17 +151,13 @@ async fn event_not_newer_than_cache_does_not_evict() -> anyhow::Result<()> {
 /// is returned but not cached.
 #[tokio::test(flavor = "multi_thread")]
 async fn fill_older_than_seen_event_is_not_cached() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:4", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 2, "stale-v9", 9).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(2).build().await?;
+    let mut sc = Scene::new("item", 4, 3).await?;
+    let key = sc.key.clone();
+    sc.write(2, "stale-v9", 9).await?;
+    let c = sc.consumer(2).build().await?;
 
-    let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
-    publish(&p, &topic, &event(&key, 10)).await?;
+    sc.publish(10).await?;
     let n = wait_notice(&mut rx, &key, 10, WAIT).await?;
     assert!(!n.evicted, "nothing was held: {n:?}");
 
@@ -187,7 +171,7 @@ async fn fill_older_than_seen_event_is_not_cached() -> anyhow::Result<()> {
     assert_eq!((s.hits, s.misses, s.fills_refused), (0, 2, 2), "{s:?}");
 
     // Once Redis reaches version 10, the fill is cached again.
-    write_standalone(&mut r, &key, 2, "v10", 10).await?;
+    sc.write(2, "v10", 10).await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some("v10"));
     assert_eq!(c.cached_version(&key), Some(10));
     assert_eq!(c.get(&key).await?.as_deref(), Some("v10"));
@@ -199,23 +183,19 @@ async fn fill_older_than_seen_event_is_not_cached() -> anyhow::Result<()> {
 /// 5. A message that is not an invalidation event is skipped and counted; later events apply.
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_message_is_skipped_and_counted() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:5", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 1, "one", 1).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).build().await?;
+    let mut sc = Scene::new("item", 5, 3).await?;
+    let key = sc.key.clone();
+    sc.write(1, "one", 1).await?;
+    let c = sc.consumer(1).build().await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some("one"));
 
-    let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
     // Same Kafka key, so same partition: the bad messages are read before the good event.
-    publish_raw(&p, &topic, &key, b"this is not json").await?;
-    publish_raw(&p, &topic, &key, br#"{"schema":99,"key":"x","version":1,"op":"update","table":"a.b","position":{"file":"f","pos":4},"commit_time_ms":0,"publish_time_ms":0}"#).await?;
-    publish_raw(&p, &topic, &key, br#"{"key":"missing fields"}"#).await?;
-    write_standalone(&mut r, &key, 1, "two", 2).await?;
-    publish(&p, &topic, &event(&key, 2)).await?;
+    sc.publish_raw(b"this is not json").await?;
+    sc.publish_raw(br#"{"schema":99,"key":"x","version":1,"op":"update","table":"a.b","position":{"file":"f","pos":4},"commit_time_ms":0,"publish_time_ms":0}"#).await?;
+    sc.publish_raw(br#"{"key":"missing fields"}"#).await?;
+    sc.write(1, "two", 2).await?;
+    sc.publish(2).await?;
     let n = wait_notice(&mut rx, &key, 2, WAIT).await?;
     assert!(n.evicted);
     let s = c.stats();
@@ -230,25 +210,21 @@ async fn bad_message_is_skipped_and_counted() -> anyhow::Result<()> {
 /// parsed: counted as bad and skipped, and the events after it still apply.
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_message_is_skipped_and_counted() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:55", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 1, "one", 1).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).max_message_bytes(1024).build().await?;
+    let mut sc = Scene::new("item", 55, 3).await?;
+    let key = sc.key.clone();
+    sc.write(1, "one", 1).await?;
+    let c = sc.consumer(1).max_message_bytes(1024).build().await?;
     assert_eq!(c.get(&key).await?.as_deref(), Some("one"));
 
-    let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
     // An event for version 5 with a table name that makes it 4 KiB: over the limit, so it must
     // not evict; the next (normal) event, for version 2, does.
     let mut big = event(&key, 5);
     big.table = format!("shop.{}", "x".repeat(4096));
-    publish_raw(&p, &topic, &key, &big.to_json()).await?;
-    publish_raw(&p, &topic, &key, &vec![b'{'; 8192]).await?;
-    write_standalone(&mut r, &key, 1, "two", 2).await?;
-    publish(&p, &topic, &event(&key, 2)).await?;
+    sc.publish_raw(&big.to_json()).await?;
+    sc.publish_raw(&vec![b'{'; 8192]).await?;
+    sc.write(1, "two", 2).await?;
+    sc.publish(2).await?;
     let n = wait_notice(&mut rx, &key, 2, WAIT).await?;
     assert!(n.evicted);
     let s = c.stats();
@@ -257,9 +233,7 @@ async fn oversized_message_is_skipped_and_counted() -> anyhow::Result<()> {
     assert!(c.is_serving_local());
     c.shutdown().await;
 
-    let Err(err) = builder(&topic).redis_standalone(binval_testkit::redis().url()).max_message_bytes(0).build().await else {
-        panic!("max_message_bytes(0) accepted")
-    };
+    let Err(err) = sc.consumer(1).max_message_bytes(0).build().await else { panic!("max_message_bytes(0) accepted") };
     assert!(err.to_string().contains("max_message_bytes"), "{err}");
     Ok(())
 }
@@ -268,13 +242,10 @@ async fn oversized_message_is_skipped_and_counted() -> anyhow::Result<()> {
 /// type) is an error naming the key, never a miss or a value.
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_replica_hash_is_an_error_naming_the_key() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 3).await?;
-    let key = format!("{}:56", binval_testkit::unique_name("item"));
-    let rkey = replica_key(&key, 0);
-    let mut r = redis_conn().await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).build().await?;
+    let sc = Scene::new("item", 56, 3).await?;
+    let (key, rkey) = (sc.key.clone(), replica_key(&sc.key, 0));
+    let mut r = sc.redis.clone();
+    let c = sc.consumer(1).build().await?;
 
     let _: () = redis::cmd("HSET").arg(&rkey).arg("d").arg("{}").arg("p").arg("12x").query_async(&mut r).await?;
     let err = c.get(&key).await.unwrap_err().to_string();
@@ -366,18 +337,10 @@ async fn cluster_fill_reads_replicas_on_different_slots() -> anyhow::Result<()> 
 /// `missing_ttl(ZERO)` caches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 1).await?;
-    let key = format!("{}:7", binval_testkit::unique_name("item"));
-    let mut r = redis_conn().await?;
-    let _: () = r.set(version_key(&key), 12).await?;
-    let c = builder(&topic)
-        .redis_standalone(binval_testkit::redis().url())
-        .replicas(4)
-        .missing_ttl(Duration::from_millis(1500))
-        .build()
-        .await?;
+    let mut sc = Scene::new("item", 7, 1).await?;
+    let key = sc.key.clone();
+    let _: () = sc.redis.set(version_key(&key), 12).await?;
+    let c = sc.consumer(4).missing_ttl(Duration::from_millis(1500)).build().await?;
     let mut tasks = Vec::new();
     for _ in 0..20 {
         let (c, key) = (c.clone(), key.clone());
@@ -397,9 +360,9 @@ async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<(
     assert!(s.negative_hits >= 200 && s.negative_hits == s.hits, "{s:?}");
 
     // The key's next change evicts it at once (any version is above 0).
-    write_standalone(&mut r, &key, 4, "now-there", 13).await?;
+    sc.write(4, "now-there", 13).await?;
     let mut rx = c.subscribe_evictions();
-    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 13)).await?;
+    sc.publish(13).await?;
     assert!(wait_notice(&mut rx, &key, 13, WAIT).await?.evicted);
     assert_eq!(c.get(&key).await?.as_deref(), Some("now-there"));
     assert_eq!(c.cached_version(&key), Some(13));
@@ -416,7 +379,7 @@ async fn missing_key_costs_two_reads_and_is_cached_briefly() -> anyhow::Result<(
     assert_eq!(c.stats().redis_reads - before, 1, "a key confirmed missing costs one read per fill");
     c.shutdown().await;
 
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).missing_ttl(Duration::ZERO).build().await?;
+    let c = sc.consumer(4).missing_ttl(Duration::ZERO).build().await?;
     assert_eq!(c.get(&gone).await?, None);
     assert_eq!(c.cached_version(&gone), None);
     assert_eq!(c.stats().redis_reads, 2);

@@ -29,18 +29,14 @@ fn key(prefix: &str) -> String {
 /// change's event evicts it like any entry.
 #[tokio::test(flavor = "multi_thread")]
 async fn tombstone_is_no_row_without_loader_call() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let t = topic().await?;
-    let k = key("tomb");
-    let mut r = redis_conn().await?;
-    write_fenced(&mut r, &k, 4, r#"{"id":1}"#, 10).await?;
-    write_tombstone(&mut r, &k, 4, 11).await?;
+    let mut sc = Scene::new("tomb", 1, 1).await?;
+    let k = sc.key.clone();
+    sc.write(4, r#"{"id":1}"#, 10).await?;
+    write_tombstone(&mut sc.redis, &k, 4, 11).await?;
     let calls = Arc::new(AtomicU64::new(0));
     let calls2 = calls.clone();
-    let c = builder(&t)
-        .redis_standalone(binval_testkit::redis().url())
-        .replicas(4)
+    let c = sc
+        .consumer(4)
         .loader(move |_k| {
             calls2.fetch_add(1, SeqCst);
             async { Ok::<_, String>(Some("from-loader".to_string())) }
@@ -57,18 +53,17 @@ async fn tombstone_is_no_row_without_loader_call() -> anyhow::Result<()> {
 
     // An event of the delete itself (a duplicate) evicts nothing; the row's re-insert does.
     let mut rx = c.subscribe_evictions();
-    let p = producer(&broker.bootstrap())?;
-    publish(&p, &t, &event(&k, 11)).await?;
+    sc.publish(11).await?;
     assert!(!wait_notice(&mut rx, &k, 11, WAIT).await?.evicted);
-    write_fenced(&mut r, &k, 4, r#"{"id":1,"back":true}"#, 12).await?;
-    publish(&p, &t, &event(&k, 12)).await?;
+    sc.write(4, r#"{"id":1,"back":true}"#, 12).await?;
+    sc.publish(12).await?;
     assert!(wait_notice(&mut rx, &k, 12, WAIT).await?.evicted);
     assert_eq!(c.get(&k).await?.as_deref(), Some(r#"{"id":1,"back":true}"#));
 
     // A replica written in the old plain-string format is an error naming the key, not a miss.
     let old = key("oldfmt");
     for i in 0..4 {
-        let _: () = r.set(binval_protocol::replica_key(&old, i), "plain").await?;
+        let _: () = sc.redis.set(binval_protocol::replica_key(&old, i), "plain").await?;
     }
     let err = c.get(&old).await.unwrap_err();
     assert!(matches!(err, ConsumerError::Redis { .. }) && err.to_string().contains(&old), "{err}");
@@ -207,14 +202,12 @@ async fn loader_is_the_last_resort_and_cached_at_the_records_position() -> anyho
 /// read sees the refreshed value. Many concurrent hits start exactly one refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refresh_ahead_serves_current_value_and_refreshes_once() -> anyhow::Result<()> {
-    init_tracing();
-    let k = key("ra");
-    let mut r = redis_conn().await?;
-    write_fenced(&mut r, &k, 2, "v1", 1).await?;
+    let mut sc = Scene::new("ra", 1, 1).await?;
+    let k = sc.key.clone();
+    sc.write(2, "v1", 1).await?;
     let ttl = Duration::from_secs(4);
-    let c = builder(&topic().await?)
-        .redis_standalone(binval_testkit::redis().url())
-        .replicas(2)
+    let c = sc
+        .consumer(2)
         .ttl(ttl)
         .refresh_ahead(0.5) // due 2 s after the fill
         .build()
@@ -222,7 +215,7 @@ async fn refresh_ahead_serves_current_value_and_refreshes_once() -> anyhow::Resu
     let filled = Instant::now();
     assert_eq!(c.get(&k).await?.as_deref(), Some("v1"));
     // Redis moves on without an event (as if the event were lost): only a re-read sees it.
-    write_fenced(&mut r, &k, 2, "v2", 2).await?;
+    sc.write(2, "v2", 2).await?;
     assert_eq!(c.get(&k).await?.as_deref(), Some("v1"), "before the refresh point: plain hit");
     assert_eq!(c.stats().refreshes, 0);
 

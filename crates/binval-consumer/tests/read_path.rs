@@ -15,13 +15,11 @@ const WAIT: Duration = Duration::from_secs(15);
 /// 50 concurrent gets of one cold key: exactly one fill (one Redis round trip), same value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_misses_share_one_fill() -> anyhow::Result<()> {
-    init_tracing();
-    let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
-    let key = format!("{}:1", binval_testkit::unique_name("sf"));
+    let mut sc = Scene::new("sf", 1, 1).await?;
+    let key = sc.key.clone();
     let payload = r#"{"id":1,"name":"single"}"#;
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 4, payload, 7).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(4).build().await?;
+    sc.write(4, payload, 7).await?;
+    let c = sc.consumer(4).build().await?;
 
     let barrier = Arc::new(tokio::sync::Barrier::new(50));
     let mut tasks = Vec::new();
@@ -48,16 +46,13 @@ async fn concurrent_misses_share_one_fill() -> anyhow::Result<()> {
 /// cached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn refused_shared_fill_reaches_all_waiters_caches_nothing() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 1).await?;
-    let key = format!("{}:2", binval_testkit::unique_name("sf"));
-    let mut r = redis_conn().await?;
+    let mut sc = Scene::new("sf", 2, 1).await?;
+    let key = sc.key.clone();
     // Redis still at version 3, but the event for version 5 has been applied already.
-    write_standalone(&mut r, &key, 2, "v3", 3).await?;
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(2).build().await?;
+    sc.write(2, "v3", 3).await?;
+    let c = sc.consumer(2).build().await?;
     let mut rx = c.subscribe_evictions();
-    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 5)).await?;
+    sc.publish(5).await?;
     wait_notice(&mut rx, &key, 5, WAIT).await?;
 
     let barrier = Arc::new(tokio::sync::Barrier::new(20));
@@ -85,21 +80,17 @@ async fn refused_shared_fill_reaches_all_waiters_caches_nothing() -> anyhow::Res
 /// served from the stale copy; without a stale copy the caller gets `Overloaded`.
 #[tokio::test(flavor = "multi_thread")]
 async fn per_key_limit_serves_stale_or_overloaded() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 1).await?;
-    let key = format!("{}:3", binval_testkit::unique_name("lim"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 1, "v1", 1).await?;
-    let c = builder(&topic)
-        .redis_standalone(binval_testkit::redis().url())
+    let mut sc = Scene::new("lim", 3, 1).await?;
+    let key = sc.key.clone();
+    sc.write(1, "v1", 1).await?;
+    let c = sc
+        .consumer(1)
         .max_fills_per_key_per_sec(1)
         .stale_ttl(Duration::from_secs(30))
         // The absent key below must miss every time (a cached "no row" would answer it).
         .missing_ttl(Duration::ZERO)
         .build()
         .await?;
-    let p = producer(&broker.bootstrap())?;
     let mut rx = c.subscribe_evictions();
     assert_eq!(c.get(&key).await?.as_deref(), Some("v1"));
 
@@ -110,8 +101,8 @@ async fn per_key_limit_serves_stale_or_overloaded() -> anyhow::Result<()> {
     let mut served_stale = false;
     for v in 2u64..=6 {
         let new = format!("v{v}");
-        write_standalone(&mut r, &key, 1, &new, v).await?;
-        publish(&p, &topic, &event(&key, v)).await?;
+        sc.write(1, &new, v).await?;
+        sc.publish(v).await?;
         assert!(wait_notice(&mut rx, &key, v, WAIT).await?.evicted);
         let got = c.get(&key).await?;
         if got.as_deref() == Some(held.as_str()) {
@@ -310,25 +301,29 @@ async fn fill_paused_in_its_replica_read_is_not_cached() -> anyhow::Result<()> {
 /// next fill reads 6.
 #[tokio::test(flavor = "multi_thread")]
 async fn fill_of_a_replica_one_change_behind_converges() -> anyhow::Result<()> {
-    init_tracing();
-    let broker = binval_testkit::broker();
-    let topic = create_topic(&broker.bootstrap(), 1).await?;
-    let key = format!("{}:1", binval_testkit::unique_name("behind"));
-    let mut r = redis_conn().await?;
-    write_standalone(&mut r, &key, 2, "v5", 5).await?;
+    let mut sc = Scene::new("behind", 1, 1).await?;
+    let key = sc.key.clone();
+    sc.write(2, "v5", 5).await?;
     // The writer of change 6 has written r1 only (no version token, no event yet).
     let replica_script = redis::Script::new(&binval_protocol::fence::replica_write_script());
-    let _: i64 =
-        replica_script.key(binval_protocol::replica_key(&key, 1)).arg(6).arg(1).arg("set").arg("v6").arg(0).invoke_async(&mut r).await?;
+    let _: i64 = replica_script
+        .key(binval_protocol::replica_key(&key, 1))
+        .arg(6)
+        .arg(1)
+        .arg("set")
+        .arg("v6")
+        .arg(0)
+        .invoke_async(&mut sc.redis)
+        .await?;
     // The app reads r0 only (replicas(1)): the lagging replica, deterministically.
-    let c = builder(&topic).redis_standalone(binval_testkit::redis().url()).replicas(1).build().await?;
+    let c = sc.consumer(1).build().await?;
     let mut rx = c.subscribe_evictions();
     assert_eq!(c.get(&key).await?.as_deref(), Some("v5"));
     assert_eq!(c.cached_version(&key), Some(5), "cached at the replica's own position, not the newest");
     assert_eq!(c.get(&key).await?.as_deref(), Some("v5"), "a hit until the change's event");
     // The writer finishes change 6 (r0, the version token), then publishes its event.
-    write_standalone(&mut r, &key, 2, "v6", 6).await?;
-    publish(&producer(&broker.bootstrap())?, &topic, &event(&key, 6)).await?;
+    sc.write(2, "v6", 6).await?;
+    sc.publish(6).await?;
     assert!(wait_notice(&mut rx, &key, 6, WAIT).await?.evicted, "the event of 6 evicts the entry at 5");
     assert_eq!(c.get(&key).await?.as_deref(), Some("v6"));
     assert_eq!(c.cached_version(&key), Some(6));

@@ -45,6 +45,55 @@ pub async fn create_topic(bootstrap: &str, partitions: i32) -> anyhow::Result<St
     Ok(name)
 }
 
+/// What most tests start from: a fresh topic on the shared tansu broker, a key no other test
+/// uses (`<prefix>_<unique>:<id>`), a connection to the shared standalone Redis, and a producer
+/// made on first use. The consumer under test comes from [`Scene::consumer`]; Redis writes and
+/// events are for [`Scene::key`] unless a method takes a key.
+pub struct Scene {
+    pub topic: String,
+    pub key: String,
+    pub redis: redis::aio::MultiplexedConnection,
+    producer: std::sync::OnceLock<FutureProducer>,
+}
+
+impl Scene {
+    /// A topic of `partitions` partitions and the key `<prefix>_<unique>:<id>`.
+    pub async fn new(prefix: &str, id: impl std::fmt::Display, partitions: i32) -> anyhow::Result<Scene> {
+        init_tracing();
+        let topic = create_topic(&binval_testkit::broker().bootstrap(), partitions).await?;
+        let key = format!("{}:{id}", binval_testkit::unique_name(prefix));
+        Ok(Scene { topic, key, redis: redis_conn().await?, producer: std::sync::OnceLock::new() })
+    }
+
+    /// [`builder`] for this topic over the shared standalone Redis, `replicas` replicas per key.
+    pub fn consumer(&self, replicas: u32) -> ConsumerBuilder {
+        builder(&self.topic).redis_standalone(binval_testkit::redis().url()).replicas(replicas)
+    }
+
+    /// [`write_fenced`] of this scene's key: `replicas` replicas, then the version token.
+    pub async fn write(&mut self, replicas: u32, payload: &str, version: u64) -> anyhow::Result<()> {
+        write_fenced(&mut self.redis, &self.key, replicas, payload, version).await
+    }
+
+    /// The scene's producer ([`producer`] settings), made on first use.
+    pub fn producer(&self) -> anyhow::Result<&FutureProducer> {
+        if self.producer.get().is_none() {
+            let _ = self.producer.set(producer(&binval_testkit::broker().bootstrap())?);
+        }
+        Ok(self.producer.get().expect("set above"))
+    }
+
+    /// Publish this key's [`event`] at `version`; returns when the broker acknowledged.
+    pub async fn publish(&self, version: u64) -> anyhow::Result<()> {
+        publish(self.producer()?, &self.topic, &event(&self.key, version)).await
+    }
+
+    /// Publish raw bytes keyed by this scene's key (same partition as its events).
+    pub async fn publish_raw(&self, payload: &[u8]) -> anyhow::Result<()> {
+        publish_raw(self.producer()?, &self.topic, &self.key, payload).await
+    }
+}
+
 pub fn builder(topic: &str) -> ConsumerBuilder {
     Consumer::builder()
         .brokers(binval_testkit::broker().bootstrap())
