@@ -32,6 +32,11 @@ pub struct Evictions {
     /// Latencies (ms) per instance: the probe's commit returned -> the instance applied the
     /// event of that change.
     pub ms: Vec<Vec<f64>>,
+    /// Per instance, for the same probe changes: binval handed the event to its producer ->
+    /// the instance applied it (`received_at_ms - publish_time_ms` of the eviction notice,
+    /// whole ms of the system clock, which binval and the instances share here): the Kafka leg
+    /// as the app sees it (producer linger, broker, fetch wait, the listener's batch).
+    pub publish_to_applied_ms: Vec<Vec<f64>>,
     /// Probe changes an instance had not applied within 5 s.
     pub missing: usize,
     /// Probe changes whose row an instance did not hold when it was updated (not serving
@@ -39,8 +44,9 @@ pub struct Evictions {
     pub not_held: usize,
 }
 
-/// One instance's newest applied version of each probe key, and when it was applied.
-type Applied = Arc<Mutex<HashMap<String, (u64, Instant)>>>;
+/// One instance's newest applied version of each probe key, when it was applied, and its
+/// publish -> applied ms from the notice.
+type Applied = Arc<Mutex<HashMap<String, (u64, Instant, u64)>>>;
 
 /// Per instance: samples serving locally, samples taken.
 pub type Served = Vec<(u64, u64)>;
@@ -138,9 +144,9 @@ impl Apps {
                     match rx.recv().await {
                         Ok(n) if keys.contains(&n.key) => {
                             let mut s = seen.lock().unwrap();
-                            let e = s.entry(n.key).or_insert((0, Instant::now()));
+                            let e = s.entry(n.key).or_insert((0, Instant::now(), 0));
                             if n.version > e.0 {
-                                *e = (n.version, Instant::now());
+                                *e = (n.version, Instant::now(), n.received_at_ms.saturating_sub(n.publish_time_ms));
                             }
                         }
                         Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -172,7 +178,8 @@ async fn probe_loop(
     seen: Vec<Applied>,
     stop: watch::Receiver<bool>,
 ) -> Evictions {
-    let mut ev = Evictions { ms: vec![Vec::new(); instances.len()], ..Default::default() };
+    let mut ev =
+        Evictions { ms: vec![Vec::new(); instances.len()], publish_to_applied_ms: vec![Vec::new(); instances.len()], ..Default::default() };
     let Ok(mut db) = mysql_async::Conn::from_url(url).await else { return ev };
     let mut n = 0usize;
     while !*stop.borrow() {
@@ -196,9 +203,10 @@ async fn probe_loop(
             }
             let until = committed + Duration::from_secs(5);
             loop {
-                let at = s.lock().unwrap().get(&k).filter(|(ver, _)| *ver >= v).map(|(_, at)| *at);
-                if let Some(at) = at {
+                let at = s.lock().unwrap().get(&k).filter(|(ver, ..)| *ver >= v).map(|&(_, at, kafka_ms)| (at, kafka_ms));
+                if let Some((at, kafka_ms)) = at {
                     ev.ms[i].push(at.saturating_duration_since(committed).as_secs_f64() * 1000.0);
+                    ev.publish_to_applied_ms[i].push(kafka_ms as f64);
                     break;
                 }
                 if Instant::now() > until {
