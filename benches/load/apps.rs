@@ -44,9 +44,18 @@ pub struct Evictions {
     pub not_held: usize,
 }
 
-/// One instance's newest applied version of each probe key, when it was applied, and its
-/// publish -> applied ms from the notice.
-type Applied = Arc<Mutex<HashMap<String, (u64, Instant, u64)>>>;
+/// The newest event of a probe key an instance applied.
+#[derive(Clone, Copy)]
+struct AppliedEvent {
+    version: u64,
+    /// When the probe's notice subscriber saw it.
+    at: Instant,
+    /// `received_at_ms - publish_time_ms` of its eviction notice.
+    publish_to_applied_ms: u64,
+}
+
+/// One instance's newest applied event of each probe key.
+type Applied = Arc<Mutex<HashMap<String, AppliedEvent>>>;
 
 /// Per instance: samples serving locally, samples taken.
 pub type Served = Vec<(u64, u64)>;
@@ -144,9 +153,14 @@ impl Apps {
                     match rx.recv().await {
                         Ok(n) if keys.contains(&n.key) => {
                             let mut s = seen.lock().unwrap();
-                            let e = s.entry(n.key).or_insert((0, Instant::now(), 0));
-                            if n.version > e.0 {
-                                *e = (n.version, Instant::now(), n.received_at_ms.saturating_sub(n.publish_time_ms));
+                            let applied = AppliedEvent {
+                                version: n.version,
+                                at: Instant::now(),
+                                publish_to_applied_ms: n.received_at_ms.saturating_sub(n.publish_time_ms),
+                            };
+                            let e = s.entry(n.key).or_insert(applied);
+                            if n.version > e.version {
+                                *e = applied;
                             }
                         }
                         Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -203,10 +217,10 @@ async fn probe_loop(
             }
             let until = committed + Duration::from_secs(5);
             loop {
-                let at = s.lock().unwrap().get(&k).filter(|(ver, ..)| *ver >= v).map(|&(_, at, kafka_ms)| (at, kafka_ms));
-                if let Some((at, kafka_ms)) = at {
-                    ev.ms[i].push(at.saturating_duration_since(committed).as_secs_f64() * 1000.0);
-                    ev.publish_to_applied_ms[i].push(kafka_ms as f64);
+                let applied = s.lock().unwrap().get(&k).filter(|a| a.version >= v).copied();
+                if let Some(a) = applied {
+                    ev.ms[i].push(a.at.saturating_duration_since(committed).as_secs_f64() * 1000.0);
+                    ev.publish_to_applied_ms[i].push(a.publish_to_applied_ms as f64);
                     break;
                 }
                 if Instant::now() > until {

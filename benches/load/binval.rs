@@ -155,10 +155,6 @@ impl Binval {
         self.metrics.scrape().await
     }
 
-    fn proc_status(&self, field: &str) -> u64 {
-        binval_testkit::procfs::status_kib(self.child.id(), field).unwrap_or(0)
-    }
-
     /// User + system CPU seconds of the process (all threads).
     pub fn cpu_secs(&self) -> f64 {
         binval_testkit::procfs::cpu_secs(self.child.id()).unwrap_or(0.0)
@@ -166,7 +162,7 @@ impl Binval {
 
     /// Peak resident set (VmHWM), MiB.
     pub fn peak_rss_mib(&self) -> f64 {
-        self.proc_status("VmHWM:") as f64 / 1024.0
+        binval_testkit::procfs::peak_rss_kib(self.child.id()).unwrap_or(0) as f64 / 1024.0
     }
 
     /// Sample `binval_heartbeat_lag_seconds` every `every` until [`LagSampler::finish`].

@@ -50,8 +50,9 @@ pub fn print_legs(cells: &[Cell]) {
     );
     println!("|---|---:|---|---|---|---|");
     for c in cells {
-        let (e50, e99, _) = c.evictions.ms.first().map(|v| quantiles(v)).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
-        let (k50, k99, _) = c.evictions.publish_to_applied_ms.first().map(|v| quantiles(v)).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+        // Instance 1's samples; `quantiles` of none is NaN.
+        let (e50, e99, _) = quantiles(c.evictions.ms.first().map_or(&[], Vec::as_slice));
+        let (k50, k99, _) = quantiles(c.evictions.publish_to_applied_ms.first().map_or(&[], Vec::as_slice));
         println!(
             "| {} | {} | {} / {} | {} / {} | {k50:.0} / {k99:.0} | {e50:.1} / {e99:.1} |",
             rate_name(c.rate),
