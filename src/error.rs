@@ -54,8 +54,12 @@ pub enum DefiniteError {
     #[error("source setting {setting} is {found:?}, binval needs {want}: set `{setting}={want}` in the server configuration (my.cnf [mysqld]) or SET GLOBAL {setting}='{want}', then restart binval")]
     SourceSetting { setting: &'static str, found: String, want: &'static str },
     /// The start position is no longer (or never was) in the primary's binlog.
-    #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end. For `run`: the checkpoint (if one exists) wins over source.start, so delete it (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file) and set source.start to a position the server has; changes in between are not replayed, so delete the cached keys of the mapped tables first. binval never silently starts from now")]
+    #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end, and no GTID of it can be resumed by here, so binval cannot read the changes since then (it never silently starts from now). To recover without serving stale rows: delete the checkpoint (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file), set source.start = \"current\", start `binval run`, then run `binval bootstrap --restart` (rewrites every mapped row at a fenced position) and `binval verify --repair` (removes keys of rows deleted meanwhile); see README \"Start and resume\"")]
     PositionGone { position: String, message: String },
+    /// The checkpoint's position belongs to another server and cannot be translated to this
+    /// one (see `binlog::start_plan`).
+    #[error("the checkpoint {checkpoint} cannot be resumed on this server ({server}): {message}")]
+    ResumeElsewhere { checkpoint: String, server: String, message: String },
     /// A start position an operator gave cannot be read from (see `binlog::boundary`).
     #[error("{origin} {position} is not a place to start reading: {message}")]
     StartPosition { origin: String, position: String, message: String },
@@ -135,6 +139,11 @@ pub enum TransientError {
     /// The checkpoint could not be saved.
     #[error("checkpoint save: {0}")]
     Checkpoint(String),
+    /// The server behind `source.url` is another one than the tenure planned its start on (a
+    /// failover behind a DNS name or virtual IP): the tenure restarts, and its new start plan
+    /// resumes by GTID (`binlog::start_plan`).
+    #[error("the source server changed from {from} to {to}: restarting from the checkpoint, resumed by GTID on the new server")]
+    SourceChanged { from: String, to: String },
     /// Another instance holds the lease of this source (its fencing token is newer): this
     /// instance stops writing and waits as standby.
     #[error("lease of source {source_name} lost: {message}; continuing as standby")]

@@ -46,14 +46,13 @@ use backoff::backoff::Backoff;
 use binval_protocol::SourcePosition;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::binlog::boundary;
-use crate::binlog::reader::{self, ReadState};
-use crate::binlog::resume::{self, Resume, SourceStats};
-use crate::binlog::server;
+use crate::binlog::reader;
+use crate::binlog::resume::SourceStats;
 use crate::binlog::txn::Transaction;
-use crate::config::{Config, StartForms, StartPoint};
+use crate::binlog::{server, start_plan};
+use crate::config::Config;
 use crate::error::{task_failed, Error, TransientError};
-use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
+use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl};
 use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
 use crate::mapping::Mapper;
@@ -206,9 +205,7 @@ struct Prepared {
     store: CheckpointStoreImpl,
     kafka: Arc<KafkaSink>,
     writer: Writer,
-    resume: Resume,
-    gtids: GtidState,
-    state: ReadState,
+    plan: start_plan::StartPlan,
 }
 
 /// One tenure: prepare, run the tasks, report the root cause.
@@ -232,8 +229,8 @@ async fn run_active(
     }
 }
 
-/// Load the checkpoint, connect Kafka, check the source and decide where to resume; `None`
-/// when a shutdown came while connecting.
+/// Load the checkpoint, connect Kafka, check the source and plan where to start
+/// ([`start_plan::plan`]); `None` when a shutdown came while connecting.
 async fn prepare(
     cfg: &Config,
     mapper: Arc<Mapper>,
@@ -259,32 +256,31 @@ async fn prepare(
         // Not fatal: the table may be created later; `binval check` fails on it.
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
+    let plan = start_plan::plan(&cfg.source, saved.as_ref(), &mut conn, &info, &logs).await?;
     drop(conn);
-    let start = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
-    let checkpoint = saved.as_ref().map(|c| SourcePosition { file: c.file.clone(), pos: c.pos, gtid: None });
-    let mut resume = resume::initial_resume(checkpoint, &start, &info)?;
-    if let (None, Resume::FilePos(p), StartPoint::Binlog(_)) = (&saved, &resume, &start) {
-        // An operator's position may lie inside a transaction: start at its first event.
-        server::require_binlog_file(&logs, &p.into(), "source.start")?;
-        let at = boundary::group_start(&cfg.source, &p.into(), "source.start").await?;
-        resume = Resume::FilePos(SourcePosition { file: at.file, pos: at.pos, gtid: None });
-    }
-    // Renamed tables and JSON columns as of the checkpoint (the reader goes on from them).
-    let state = saved.as_ref().map(|c| c.read_state()).unwrap_or_default();
-    let gtids = saved.as_ref().and_then(|c| c.gtid.as_deref()).map(GtidState::from_saved).unwrap_or_default();
-    match (&saved, &resume) {
-        (Some(c), _) => tracing::info!(file = %c.file, pos = c.pos, store = %store.location(), "resuming from checkpoint"),
-        (None, Resume::FilePos(p)) => {
-            server::require_binlog_file(&logs, &p.into(), "source.start")?;
-            if start == StartPoint::Current {
-                tracing::warn!(store = %store.location(), "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
-            }
-            // Pin the start now: a crash before the first transaction must not move a
-            // `current` start forward and skip changes.
-            store.save(&checkpoint_at(p, &gtids, &state)).await?;
-            tracing::info!(file = %p.file, pos = p.pos, store = %store.location(), "no checkpoint; starting at configured position");
+    let loc = store.location();
+    match &plan.how {
+        start_plan::How::Checkpoint => {
+            tracing::info!(from = %plan.resume, server = %info.identity, store = %loc, "resuming from checkpoint")
         }
-        (None, Resume::Gtid(g)) => tracing::info!(gtid = %g, "no checkpoint; starting at configured GTID position"),
+        start_plan::How::CheckpointByGtid { checkpoint, why } => tracing::warn!(
+            from = %plan.resume,
+            checkpoint = %checkpoint,
+            server = %info.identity,
+            reason = %why,
+            "resuming from the checkpoint by its GTIDs: its binlog position does not name the same place on this server (a failover, or a purged file)"
+        ),
+        start_plan::How::Configured => {
+            if cfg.source.start.trim().eq_ignore_ascii_case("current") {
+                tracing::warn!(store = %loc, "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
+            }
+            tracing::info!(from = %plan.resume, server = %info.identity, store = %loc, "no checkpoint; starting at source.start");
+        }
+    }
+    if let Some(p) = &plan.pin {
+        // Pin the start now: a crash before the first transaction must not move a
+        // `current` start forward and skip changes.
+        store.save(&checkpoint_at(p, &plan.gtids, &plan.state, &plan.origin)).await?;
     }
     let writer = Writer {
         mapper,
@@ -297,7 +293,7 @@ async fn prepare(
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::run(),
     };
-    Ok(Some(Prepared { store, kafka, writer, resume, gtids, state }))
+    Ok(Some(Prepared { store, kafka, writer, plan }))
 }
 
 /// Run the source, apply, checkpoint and lease tasks until they end; the root cause of their
@@ -346,14 +342,25 @@ async fn run_tasks(
         .heartbeat_table
         .as_ref()
         .map(|t| tokio::spawn(crate::binlog::heartbeat::run(cfg.source.clone(), t.clone(), stop_rx.clone())));
-    let source = reader::run(cfg.source.clone(), mapper, p.state.clone(), p.resume, txn_tx, stop_rx.clone(), stats.source.clone());
+    let plan = p.plan;
+    let source = reader::run(
+        cfg.source.clone(),
+        mapper,
+        plan.state.clone(),
+        plan.resume,
+        plan.origin.server.clone(),
+        txn_tx,
+        stop_rx.clone(),
+        stats.source.clone(),
+    );
     let source_task = spawn(Box::pin(source));
     let apply_task = spawn(Box::pin(apply_loop(p.writer, txn_rx, ack_tx, stats.clone())));
     let checkpoint = CheckpointTask {
         store: Arc::new(Mutex::new(p.store)),
         kafka: p.kafka,
-        gtids: p.gtids,
-        state: p.state,
+        gtids: plan.gtids,
+        origin: plan.origin,
+        state: plan.state,
         interval: Duration::from_millis(cfg.checkpoint.interval_ms),
         stats,
     };

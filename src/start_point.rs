@@ -5,7 +5,7 @@
 //! forms. The coordinates themselves are the typed positions of `binval_protocol::position`
 //! (one parser and `Display` each).
 
-use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition};
+use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet};
 
 /// A point in the source's binlog: where `binval run` starts without a checkpoint
 /// (`source.start`), or an end of a `binval replay` range (`--from`, `--to`). One type, one
@@ -19,6 +19,9 @@ pub enum StartPoint {
     /// `gtid:D-S-N[,D-S-N...]`: a MariaDB GTID position (reading starts after it, as
     /// `CHANGE MASTER ... master_use_gtid` does).
     Gtid(MariadbGtidPosition),
+    /// `gtid:uuid:1-100[,...]`: a MySQL GTID set (the server sends every transaction not in
+    /// it, as `SOURCE_AUTO_POSITION` does); `source.start` only.
+    MysqlGtidSet(MysqlGtidSet),
     /// A UTC date-time `YYYY-MM-DD HH:MM:SS` (`T` and a trailing `Z` accepted), Unix ms.
     Time(u64),
 }
@@ -30,7 +33,8 @@ pub struct StartForms {
     pub name: &'static str,
     /// `current` is accepted.
     pub current: bool,
-    /// A GTID position of several domains is accepted (else exactly one GTID).
+    /// A GTID position of several domains, or a MySQL GTID set, is accepted (else exactly one
+    /// MariaDB GTID).
     pub gtid_set: bool,
     /// A UTC date-time is accepted.
     pub time: bool,
@@ -53,7 +57,11 @@ impl StartForms {
             forms.push("current");
         }
         forms.push("FILE:POS (mysql-bin.000003:4)");
-        forms.push(if self.gtid_set { "gtid:D-S-N[,D-S-N...] (gtid:0-1-100[,1-2-7])" } else { "gtid:D-S-N (gtid:0-1-100)" });
+        forms.push(if self.gtid_set {
+            "gtid:D-S-N[,D-S-N...] (gtid:0-1-100[,1-2-7]), gtid:UUID:N-M[,...] (a MySQL GTID set)"
+        } else {
+            "gtid:D-S-N (gtid:0-1-100)"
+        });
         if self.time {
             forms.push("a UTC date-time (2026-11-30 12:00:00)");
         }
@@ -72,6 +80,11 @@ impl StartPoint {
             return Ok(StartPoint::Current);
         }
         if let Some(g) = s.strip_prefix("gtid:") {
+            if forms.gtid_set {
+                if let Ok(set) = g.parse::<MysqlGtidSet>() {
+                    return if set.is_empty() { Err(bad()) } else { Ok(StartPoint::MysqlGtidSet(set)) };
+                }
+            }
             let set: MariadbGtidPosition = g.parse().map_err(|_| bad())?;
             if set.is_empty() || (!forms.gtid_set && g.contains(',')) {
                 return Err(bad());
@@ -108,6 +121,9 @@ mod tests {
         assert_eq!(StartPoint::parse("mysql-bin.000003:4", f).unwrap(), StartPoint::Binlog(BinlogPosition::new("mysql-bin.000003", 4)));
         assert_eq!(StartPoint::parse("gtid:0-1-100", f).unwrap(), StartPoint::Gtid("0-1-100".parse().unwrap()));
         assert!(StartPoint::parse("gtid:x", f).is_err());
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(StartPoint::parse(&format!("gtid:{u}:1-5"), f).unwrap(), StartPoint::MysqlGtidSet(format!("{u}:1-5").parse().unwrap()));
+        assert!(StartPoint::parse(&format!("gtid:{u}:1-5"), StartForms::replay("--from")).is_err(), "replay takes one MariaDB GTID");
         assert!(StartPoint::parse("f:2", f).is_err());
     }
 

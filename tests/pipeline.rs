@@ -667,7 +667,7 @@ async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
     let mapper = std::sync::Arc::new(binval::mapping::Mapper::new(&cfg.mappings).unwrap());
     let (tx, _rx) = tokio::sync::mpsc::channel(16);
     let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    let read = binval::binlog::reader::run(cfg.source, mapper, Default::default(), resume, tx, stop_rx, Default::default());
+    let read = binval::binlog::reader::run(cfg.source, mapper, Default::default(), resume, None, tx, stop_rx, Default::default());
     let e = tokio::time::timeout(Duration::from_secs(20), read).await.expect("the reader stops by itself").unwrap_err();
     assert!(!e.is_transient() && e.to_string().contains("started inside a transaction"), "{e}");
 

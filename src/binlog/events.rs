@@ -65,6 +65,9 @@ pub(crate) struct ReadContext<'a> {
     /// some of its rows, or its GTID) were not read. The start position is checked before
     /// reading (`binlog::boundary`), so this is a last guard: the reader stops instead.
     before_first_group: bool,
+    /// MySQL: the set of the last PREVIOUS_GTIDS event read, until the reader hands it on with
+    /// the next transaction (`Transaction::gtid_previous`).
+    pub(crate) gtid_previous: Option<Arc<binval_protocol::MysqlGtidSet>>,
 }
 
 impl<'a> ReadContext<'a> {
@@ -80,7 +83,7 @@ impl<'a> ReadContext<'a> {
     ) -> Self {
         let (file, last_pos) = match resume {
             Resume::FilePos(p) => (p.file.clone(), p.pos),
-            Resume::Gtid(_) => (String::new(), 4),
+            Resume::Gtid(_) | Resume::MysqlGtid(_) => (String::new(), 4),
         };
         ReadContext {
             mapper,
@@ -99,6 +102,7 @@ impl<'a> ReadContext<'a> {
             framer: Framer::new(),
             group_start: None,
             before_first_group: true,
+            gtid_previous: None,
         }
     }
 
@@ -224,6 +228,12 @@ pub(crate) fn handle(ctx: &mut ReadContext<'_>, framed: &Framed) -> Result<Optio
         EventData::XaPrepareLogEvent(body) => on_xa_prepare(ctx, placed, &body)?,
         EventData::XidEvent(_) => ctx.commit(placed),
         EventData::GtidEvent(g) => on_mysql_gtid(ctx, placed, &g),
+        EventData::PreviousGtidsEvent(p) => {
+            // MySQL, near a binlog file's start: every GTID of the files before it. It goes
+            // with the next transaction passed on, for the checkpoint's GTID set.
+            ctx.gtid_previous = Some(Arc::new(crate::binlog::gtid::previous_gtids(&p)));
+            None
+        }
         EventData::QueryEvent(q) => on_query(ctx, placed, &q)?,
         _ => None,
     })
@@ -398,8 +408,8 @@ fn on_xa_decision(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str,
 /// MySQL GTID (or ANONYMOUS_GTID): a transaction starts; its `BEGIN` follows.
 fn on_mysql_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: &GtidEvent) -> Option<Transaction> {
     ctx.group_begins(placed);
-    let gtid = format!("{}:{}", uuid_text(&g.sid()), g.gno());
-    ctx.asm.boundary(Boundary::Begin { gtid: Some(gtid), standalone: true });
+    let gtid = crate::binlog::gtid::gtid_text(g);
+    ctx.asm.boundary(Boundary::Begin { gtid, standalone: true });
     None
 }
 
@@ -524,10 +534,4 @@ fn ends_with_own_crc32(ev: &Event) -> bool {
     crc.update(&header);
     crc.update(body);
     crc.sum() == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
-}
-
-/// A MySQL server UUID (GTID source id) in its text form.
-fn uuid_text(sid: &[u8; 16]) -> String {
-    let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }

@@ -133,10 +133,61 @@ pub enum Body<'a> {
     /// An event mysql_common reads.
     Data(EventData<'a>),
     /// An event passed over unparsed: a type mysql_common does not read that may be passed
-    /// over ([`skippable_unknown_event`]), a PREVIOUS_GTIDS event (binval uses nothing of it,
-    /// and mysql_common's parser is not safe on damaged ones), or a TRANSACTION_PAYLOAD (its
-    /// inner events are what is handled; the [`Framer`] read it).
+    /// over ([`skippable_unknown_event`]), a damaged PREVIOUS_GTIDS event (its counts exceed
+    /// its length: mysql_common's parser would allocate for them first; binval needs the set
+    /// only to make a MySQL checkpoint's GTID set whole, which the next file's event does), or
+    /// a TRANSACTION_PAYLOAD (its inner events are what is handled; the [`Framer`] read it).
     Skipped,
+}
+
+/// Whether the SID and interval counts of a PREVIOUS_GTIDS event body (checksum included or
+/// not) fit its length, walked as MySQL writes it (`Gtid_set::encode`, untagged: 8-byte SID
+/// count, then per SID its 16-byte UUID, 8-byte interval count and 16 bytes per interval;
+/// tagged (MySQL 8.4, format byte in the top byte of the first 8): a varlen tag length and the
+/// tag after each UUID). A body whose counts fit is safe for mysql_common's parser.
+fn previous_gtids_counts_fit(body: &[u8]) -> bool {
+    let take = |buf: &mut &[u8], n: usize| -> Option<()> {
+        if buf.len() < n {
+            return None;
+        }
+        *buf = &buf[n..];
+        Some(())
+    };
+    let u64_at = |buf: &[u8]| buf.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let walk = || -> Option<()> {
+        let mut buf = body;
+        let header = u64_at(buf)?;
+        take(&mut buf, 8)?;
+        let tagged = (header >> 56) != 0;
+        let n_sids = if tagged { (header >> 8) & ((1 << 48) - 1) } else { header & ((1 << 56) - 1) };
+        if n_sids > (buf.len() / 24) as u64 {
+            return None;
+        }
+        for _ in 0..n_sids {
+            take(&mut buf, 16)?;
+            if tagged {
+                // MySQL's varlen unsigned integer: the first byte's trailing ones say how many
+                // more bytes follow (all 8 of them for 0xFF).
+                let first = *buf.first()?;
+                let width = if first == 0xFF { 9 } else { first.trailing_ones() as usize + 1 };
+                let mut raw = [0u8; 8];
+                let bytes = buf.get(..width)?;
+                let len = if width == 9 {
+                    u64::from_le_bytes(bytes[1..9].try_into().expect("8 bytes"))
+                } else {
+                    raw[..width].copy_from_slice(bytes);
+                    u64::from_le_bytes(raw) >> width
+                };
+                take(&mut buf, width)?;
+                take(&mut buf, usize::try_from(len).ok()?)?;
+            }
+            let n_intervals = u64_at(buf)?;
+            take(&mut buf, 8)?;
+            take(&mut buf, usize::try_from(n_intervals).ok()?.checked_mul(16)?)?;
+        }
+        Some(())
+    };
+    walk().is_some()
 }
 
 impl Framed {
@@ -157,11 +208,12 @@ impl Framed {
                 .map(Body::MariadbGtid)
                 .ok_or_else(|| error(FramingErrorKind::ShortMariadbGtid { len: data.len() }));
         }
-        if header.event_type_raw() == EventType::PREVIOUS_GTIDS_EVENT as u8 {
-            // binval uses nothing of it (the GTID set of the files before), and mysql_common
-            // 0.37 reserves memory for the SID and interval counts it announces (up to 2^56)
-            // before checking them against the event's length: a damaged one would make it
-            // allocate without bound (found by fuzzing). Passed over unparsed.
+        if header.event_type_raw() == EventType::PREVIOUS_GTIDS_EVENT as u8 && !previous_gtids_counts_fit(self.event.data()) {
+            // mysql_common 0.37 reserves memory for the SID and interval counts it announces
+            // (up to 2^56) before checking them against the event's length: a damaged one
+            // would make it allocate without bound (found by fuzzing). Its counts are checked
+            // first; one whose counts do not fit its bytes is passed over.
+            tracing::warn!(position = header.log_pos(), "a PREVIOUS_GTIDS event whose counts exceed its length: passed over");
             return Ok(Body::Skipped);
         }
         if header.event_type_raw() == EventType::TRANSACTION_PAYLOAD_EVENT as u8 {
@@ -342,6 +394,31 @@ impl TableMaps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previous_gtids_counts_are_checked_before_parsing() {
+        use mysql_common::binlog::events::{PreviousGtidsEvent, PreviousGtidsSid};
+        use mysql_common::packets::{GnoInterval, Tag};
+        use mysql_common::proto::MySerialize;
+        let plain =
+            PreviousGtidsEvent::new(vec![PreviousGtidsSid::new([7; 16], None, vec![GnoInterval::new(1, 6), GnoInterval::new(9, 10)])]);
+        let tagged = PreviousGtidsEvent::new(vec![
+            PreviousGtidsSid::new([7; 16], None, vec![GnoInterval::new(1, 6)]),
+            PreviousGtidsSid::new([7; 16], Some(Tag::new("mytag").unwrap()), vec![GnoInterval::new(2, 4)]),
+        ]);
+        for ev in [plain, tagged] {
+            let mut body = Vec::new();
+            ev.serialize(&mut body);
+            assert!(previous_gtids_counts_fit(&body), "{ev:?}");
+            assert!(!previous_gtids_counts_fit(&body[..body.len() - 1]), "one byte short");
+            let mut huge = body.clone();
+            huge[0] = 0xFF;
+            huge[6] = 0x7F;
+            assert!(!previous_gtids_counts_fit(&huge), "a SID count far beyond the length");
+        }
+        assert!(previous_gtids_counts_fit(&0u64.to_le_bytes()), "the empty set");
+        assert!(!previous_gtids_counts_fit(&[1, 2, 3]));
+    }
 
     #[test]
     fn mariadb_gtid_body() {

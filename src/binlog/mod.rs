@@ -5,7 +5,9 @@
 //! |---|---|
 //! | [`server`] | the source server: connect, preflight, binary logs, schema checks |
 //! | [`boundary`] | an operator's start position checked: moved back to the start of the transaction it lies in, refused inside an event |
-//! | [`resume`] | where a replica connection starts (checkpoint or `source.start`), the reader's counters |
+//! | [`start_plan`] | where a tenure starts: the checkpoint's position on the same server, else its GTIDs (failover), else `source.start`; the one owner of that decision |
+//! | [`resume`] | the start of a replica connection as a type, the reader's counters |
+//! | [`gtid`] | MySQL GTIDs of events as text and sets, and the GTID set a replica sends |
 //! | [`reader`] | the replica connection: start/resume, heartbeats, reconnect, events -> transactions |
 //! | `events` | the live reader's handler per event type (rotate, TABLE_MAP, rows, XID, GTID, query...) |
 //! | [`framing`] | events as stored -> events to handle, shared by both readers: MariaDB GTID, compressed events, TRANSACTION_PAYLOAD, skippable unknown events, the TABLE_MAP cache |
@@ -23,6 +25,7 @@ pub mod ddl;
 pub mod decode;
 pub(crate) mod events;
 pub mod framing;
+pub mod gtid;
 pub mod heartbeat;
 pub mod json_columns;
 pub mod offline;
@@ -30,5 +33,6 @@ pub mod reader;
 pub mod resume;
 pub mod row_events;
 pub mod server;
+pub mod start_plan;
 pub mod txn;
 pub mod xa;

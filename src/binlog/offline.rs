@@ -349,7 +349,8 @@ fn handle(
     Ok(())
 }
 
-/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT or MySQL GTID event shows.
+/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT, MySQL GTID (`gno`, and `gtid` as
+/// `uuid[:tag]:gno` unless anonymous) or PREVIOUS_GTIDS event (`previous_gtids`, a set) shows.
 fn describe(data: &EventData<'_>, line: &mut Json) {
     match data {
         EventData::QueryEvent(q) => line["query"] = json!(q.query()),
@@ -360,7 +361,13 @@ fn describe(data: &EventData<'_>, line: &mut Json) {
             line["incident"] = json!(format!("{:?}", i.incident_type()));
             line["message"] = json!(i.message());
         }
-        EventData::GtidEvent(g) => line["gno"] = json!(g.gno()),
+        EventData::GtidEvent(g) => {
+            line["gno"] = json!(g.gno());
+            if let Some(gtid) = crate::binlog::gtid::gtid_text(g) {
+                line["gtid"] = json!(gtid);
+            }
+        }
+        EventData::PreviousGtidsEvent(p) => line["previous_gtids"] = json!(crate::binlog::gtid::previous_gtids(p).to_string()),
         _ => {}
     }
 }

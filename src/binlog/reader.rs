@@ -35,7 +35,7 @@ use crate::binlog::events::{self, ReadContext};
 use crate::binlog::json_columns::JsonColumns;
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
-use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file};
+use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file, ServerIdentity};
 use crate::binlog::txn::Transaction;
 use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::config::SourceConfig;
@@ -112,12 +112,16 @@ impl MemoryBudget {
 
 /// Run the source until `shutdown` turns true or a definite error: read, decode, assemble, and
 /// send committed transactions to `out` in commit order. Transient failures reconnect with
-/// backoff from the last transaction sent.
+/// backoff from the last transaction sent, to the server the tenure planned its start on
+/// (`server`): a connection that reaches another one ends the source with
+/// [`TransientError::SourceChanged`], so the tenure restarts with a new start plan.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     cfg: SourceConfig,
     mapper: Arc<Mapper>,
     mut state: ReadState,
     mut resume: Resume,
+    server: Option<ServerIdentity>,
     out: mpsc::Sender<Transaction>,
     mut shutdown: watch::Receiver<bool>,
     stats: Arc<SourceStats>,
@@ -133,9 +137,10 @@ pub async fn run(
         .build();
     loop {
         let started = std::time::Instant::now();
-        let r = read_once(&cfg, &mapper, &mut state, &mut xa, &mut resume, &out, &mut shutdown, &stats, &budget).await;
+        let r = read_once(&cfg, &mapper, &mut state, &mut xa, &mut resume, server.as_ref(), &out, &mut shutdown, &stats, &budget).await;
         match r {
             Ok(()) => return Ok(()),
+            Err(e @ Error::Transient(TransientError::SourceChanged { .. })) => return Err(e),
             Err(Error::Transient(e)) => {
                 if started.elapsed() > Duration::from_secs(10) {
                     backoff.reset();
@@ -163,12 +168,13 @@ async fn read_once(
     state: &mut ReadState,
     xa: &mut PreparedXas,
     resume: &mut Resume,
+    server: Option<&ServerIdentity>,
     out: &mpsc::Sender<Transaction>,
     shutdown: &mut watch::Receiver<bool>,
     stats: &SourceStats,
     budget: &MemoryBudget,
 ) -> Result<(), Error> {
-    let (mut stream, mariadb, position_text) = open_stream(cfg, resume).await?;
+    let (mut stream, mariadb, position_text) = open_stream(cfg, resume, server).await?;
     let _connected = crate::telemetry::source_connected();
     let silent_limit = Duration::from_millis(cfg.heartbeat_ms * 3);
     // MariaDB JSON columns of mapped tables not known yet (the first connection, a mapping
@@ -234,6 +240,9 @@ async fn read_once(
         if std::mem::take(&mut json_changed) {
             txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
         }
+        if let Some(previous) = ctx.gtid_previous.take() {
+            txn.gtid_previous = Some(previous);
+        }
         if let Some(x) = ctx.xa.take_changed() {
             metrics::gauge!(crate::telemetry::names::XA_HELD).set(ctx.xa.held() as f64);
             txn.xa = Some(Arc::new(x));
@@ -278,13 +287,16 @@ async fn refresh_json_columns(cfg: &SourceConfig, ctx: &mut ReadContext<'_>, con
     Ok(ctx.state.json != before)
 }
 
-/// Connect, run the preflight, and open the binlog stream at `resume`: checks that a resume
-/// file is still among the server's binary logs, asks for heartbeats, declares MariaDB GTID
-/// capability, and for a GTID start sets `@slave_connect_state`. Returns the stream, whether
-/// the server is MariaDB, and `resume` as text (to name the start in errors).
-async fn open_stream(cfg: &SourceConfig, resume: &Resume) -> Result<(BinlogStream, bool, String), Error> {
+/// Connect, run the preflight, and open the binlog stream at `resume`: checks that the server
+/// is the one expected (`server`, see [`crate::binlog::start_plan::same_server`]) and that a
+/// resume file is still among its binary logs, asks for heartbeats, declares MariaDB GTID
+/// capability, and for a GTID start sets `@slave_connect_state` (MariaDB) or sends the GTID
+/// set (MySQL `COM_BINLOG_DUMP_GTID`). Returns the stream, whether the server is MariaDB, and
+/// `resume` as text (to name the start in errors).
+async fn open_stream(cfg: &SourceConfig, resume: &Resume, server: Option<&ServerIdentity>) -> Result<(BinlogStream, bool, String), Error> {
     let mut conn = connect(cfg).await?;
     let info = preflight(&mut conn).await?;
+    crate::binlog::start_plan::same_server(server, &info.identity)?;
     if let Resume::FilePos(p) = resume {
         let logs = binary_logs(&mut conn).await?;
         require_binlog_file(&logs, &p.into(), "the resume position")?;
@@ -308,6 +320,14 @@ async fn open_stream(cfg: &SourceConfig, resume: &Resume) -> Result<(BinlogStrea
             }
             conn.query_drop(format!("SET @slave_connect_state = '{g}'")).await.map_err(|e| classify_mysql(e, "setup"))?;
             conn.query_drop("SET @slave_gtid_strict_mode = 0").await.map_err(|e| classify_mysql(e, "setup"))?;
+        }
+        Resume::MysqlGtid(set) => {
+            if info.mariadb {
+                return Err(DefiniteError::SourceRefused("a MySQL GTID set cannot be resumed on MariaDB".into()).into());
+            }
+            let sids =
+                crate::binlog::gtid::dump_sids(set).map_err(|e| DefiniteError::SourceRefused(format!("the GTID set to resume by: {e}")))?;
+            req = req.with_gtid().with_gtid_set(sids);
         }
     }
     tracing::info!(server = %info.version, from = %position_text, server_id = cfg.server_id, "replica connection open");

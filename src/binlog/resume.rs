@@ -1,13 +1,9 @@
-//! Where a replica connection starts ([`Resume`], decided by [`initial_resume`]) and what the
+//! Where a replica connection starts ([`Resume`], decided by [`crate::binlog::start_plan`]) and what the
 //! reader counts across reconnects ([`SourceStats`]): the state the reader keeps between
 //! connections, shared by the reader loop ([`crate::binlog::reader`]) and its per-event
 //! handlers.
 
-use binval_protocol::{MariadbGtidPosition, SourcePosition};
-
-use crate::binlog::server::ServerInfo;
-use crate::config::StartPoint;
-use crate::error::Error;
+use binval_protocol::{MariadbGtidPosition, MysqlGtidSet, SourcePosition};
 
 /// Where the source begins reading.
 #[derive(Debug, Clone)]
@@ -16,6 +12,8 @@ pub enum Resume {
     FilePos(SourcePosition),
     /// A MariaDB GTID position: reading starts after it (`@slave_connect_state`).
     Gtid(MariadbGtidPosition),
+    /// A MySQL GTID set: the server sends every transaction not in it (`COM_BINLOG_DUMP_GTID`).
+    MysqlGtid(MysqlGtidSet),
 }
 
 impl std::fmt::Display for Resume {
@@ -23,22 +21,9 @@ impl std::fmt::Display for Resume {
         match self {
             Resume::FilePos(p) => write!(f, "{}:{}", p.file, p.pos),
             Resume::Gtid(g) => write!(f, "gtid {g}"),
+            Resume::MysqlGtid(s) => write!(f, "gtid set {s}"),
         }
     }
-}
-
-/// Decide the first position: the checkpoint, else `source.start` (`start`).
-///
-/// Errors (a config error naming `source.start`) for a start point `source.start` does not
-/// accept (a time: config validation refuses it first).
-pub fn initial_resume(checkpoint: Option<SourcePosition>, start: &StartPoint, info: &ServerInfo) -> Result<Resume, Error> {
-    Ok(match (checkpoint, start) {
-        (Some(p), _) => Resume::FilePos(p),
-        (None, StartPoint::Current) => Resume::FilePos(info.current.clone()),
-        (None, StartPoint::Binlog(p)) => Resume::FilePos(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }),
-        (None, StartPoint::Gtid(g)) => Resume::Gtid(g.clone()),
-        (None, StartPoint::Time(_)) => return Err(Error::config("source.start", "a date-time is not a start position here")),
-    })
 }
 
 /// Counters the source shares with the progress log.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use binval_protocol::{BinlogPosition, SourcePosition};
+use binval_protocol::{BinlogPosition, MariadbGtidPosition, MysqlGtidSet, SourcePosition};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
@@ -26,6 +26,47 @@ pub struct ServerInfo {
     pub checksum: bool,
     /// Current binlog file and position (SHOW MASTER STATUS).
     pub current: SourcePosition,
+    /// Which server this is: the one a binlog position belongs to (a position means nothing on
+    /// another server, see [`crate::binlog::start_plan`]).
+    pub identity: ServerIdentity,
+    /// The server writes GTIDs every replica can resume by: MariaDB always (10.0+), MySQL with
+    /// `gtid_mode = ON`.
+    pub gtids: bool,
+    /// MySQL: `Executed_Gtid_Set` of SHOW MASTER STATUS, read with `current` (so it is the GTID
+    /// set of everything before `current`). `None` on MariaDB and without GTIDs.
+    pub executed: Option<MysqlGtidSet>,
+}
+
+/// The identity of a source server: `@@server_id`, and on MySQL `@@server_uuid` (unique per
+/// server, generated at its first start; MySQL docs, "Replication and Binary Logging Options").
+/// MariaDB has no server UUID; its `server_id` must be unique within the replication topology.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServerIdentity {
+    /// `@@server_id`.
+    pub server_id: u32,
+    /// MySQL `@@server_uuid`; `None` on MariaDB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_uuid: Option<String>,
+}
+
+impl ServerIdentity {
+    /// Whether `other` is this server: by UUID where both have one, else by `server_id`.
+    pub fn same_server(&self, other: &ServerIdentity) -> bool {
+        match (&self.server_uuid, &other.server_uuid) {
+            (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+            _ => self.server_id == other.server_id,
+        }
+    }
+}
+
+impl std::fmt::Display for ServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server_id {}", self.server_id)?;
+        if let Some(u) = &self.server_uuid {
+            write!(f, " (server_uuid {u})")?;
+        }
+        Ok(())
+    }
 }
 
 /// Connect with the configured URL (see [`source_opts`]), password and TLS settings
@@ -78,17 +119,49 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     let collations: Vec<(Option<u64>, Option<String>)> =
         conn.query("SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS").await.map_err(q)?;
     crate::binlog::decode::charset::learn_from_server(collations.into_iter().filter_map(|(id, cs)| Some((id? as u16, cs?))).collect());
-    let current = current_position(conn).await?.ok_or_else(|| DefiniteError::SourceSetting {
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    let (current, executed) = binlog_status(conn).await?.ok_or_else(|| DefiniteError::SourceSetting {
         setting: "log_bin",
         found: "no binlog (SHOW MASTER STATUS is empty)".into(),
         want: "ON",
     })?;
+    let server_id: Option<u32> = conn.query_first("SELECT @@server_id").await.map_err(q)?;
+    let (server_uuid, gtids) = if mariadb {
+        (None, true)
+    } else {
+        let row: Option<(Option<String>, Option<String>)> = conn
+            .query_first("SELECT @@server_uuid, @@gtid_mode")
+            .await
+            .or_else(|e| match &e {
+                // MySQL 5.5 and older: neither variable.
+                mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
+                _ => Err(e),
+            })
+            .map_err(q)?;
+        let (uuid, mode) = row.unwrap_or_default();
+        (uuid, mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")))
+    };
     Ok(ServerInfo {
-        mariadb: version.to_ascii_lowercase().contains("mariadb"),
+        mariadb,
         version,
         checksum: !checksum.unwrap_or_default().eq_ignore_ascii_case("NONE"),
         current: SourcePosition { file: current.file, pos: current.pos, gtid: None },
+        identity: ServerIdentity { server_id: server_id.unwrap_or_default(), server_uuid },
+        gtids,
+        executed: if gtids && !mariadb { executed } else { None },
     })
+}
+
+/// MariaDB: the GTID position at the binlog position `at` of this server
+/// (`BINLOG_GTID_POS(file, pos)`, MariaDB docs: the server reads the file's GTID list and the
+/// file up to `pos`), i.e. the last GTID per domain of every transaction before `at`. `None`
+/// when the server has no such file or `at` is not an event boundary it knows.
+pub async fn mariadb_gtid_at(conn: &mut Conn, at: &BinlogPosition) -> Result<Option<MariadbGtidPosition>, Error> {
+    let r: Option<Option<String>> = conn
+        .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (at.file.as_str(), at.pos))
+        .await
+        .map_err(|e| classify_mysql(e, &format!("BINLOG_GTID_POS at {at}")))?;
+    Ok(r.flatten().and_then(|t| t.parse().ok()))
 }
 
 /// MariaDB JSON columns of the mapped tables: MariaDB's `JSON` type is `LONGTEXT` plus a
@@ -151,9 +224,24 @@ pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingC
 /// The primary's current binlog position (`SHOW MASTER STATUS`); `None` when the binlog is
 /// off (the statement returns no row).
 pub async fn current_position(conn: &mut Conn) -> Result<Option<BinlogPosition>, Error> {
-    let status: Option<mysql_async::Row> =
-        conn.query_first("SHOW MASTER STATUS").await.map_err(|e| classify_mysql(e, "SHOW MASTER STATUS"))?;
-    Ok(status.map(|r| BinlogPosition::new(r.get::<String, _>(0).unwrap_or_default(), r.get::<u64, _>(1).unwrap_or_default())))
+    Ok(binlog_status(conn).await?.map(|(p, _)| p))
+}
+
+/// SHOW MASTER STATUS (MySQL 8.4: SHOW BINARY LOG STATUS): the current binlog position and, on
+/// MySQL, the `Executed_Gtid_Set` column read with it (`None` where the column is missing or
+/// not a GTID set). `None` without a binlog.
+pub async fn binlog_status(conn: &mut Conn) -> Result<Option<(BinlogPosition, Option<MysqlGtidSet>)>, Error> {
+    let status: Option<mysql_async::Row> = match conn.query_first("SHOW MASTER STATUS").await {
+        // MySQL 8.4 removed SHOW MASTER STATUS (ER_PARSE_ERROR) for SHOW BINARY LOG STATUS.
+        Err(mysql_async::Error::Server(se)) if se.code == 1064 => {
+            conn.query_first("SHOW BINARY LOG STATUS").await.map_err(|e| classify_mysql(e, "SHOW BINARY LOG STATUS"))?
+        }
+        r => r.map_err(|e| classify_mysql(e, "SHOW MASTER STATUS"))?,
+    };
+    Ok(status.map(|r| {
+        let executed = r.get_opt::<String, _>(4).and_then(Result::ok).and_then(|t| t.parse().ok());
+        (BinlogPosition::new(r.get::<String, _>(0).unwrap_or_default(), r.get::<u64, _>(1).unwrap_or_default()), executed)
+    }))
 }
 
 /// Binlog files the server still has (SHOW BINARY LOGS).

@@ -41,6 +41,11 @@ pub struct Transaction {
     /// After an XA PREPARE, COMMIT or ROLLBACK: what the checkpoint keeps of prepared XA
     /// transactions as of this transaction (`binlog::xa`). `None` when unchanged.
     pub xa: Option<Arc<crate::binlog::xa::XaCheckpoint>>,
+    /// MySQL: the GTID set of the PREVIOUS_GTIDS event at the start of the binlog file this
+    /// transaction is in, when the reader read one since the transaction before (every GTID
+    /// before the file: with it the checkpoint's GTID set is whole, see
+    /// `ha::checkpoint::GtidState`). `None` otherwise.
+    pub gtid_previous: Option<Arc<binval_protocol::MysqlGtidSet>>,
     /// The transaction is binval's own heartbeat row (`source.heartbeat_table`): the primary's
     /// `NOW(6)` it wrote, Unix µs. It gives the lag sub-second precision (binlog headers carry
     /// whole seconds).

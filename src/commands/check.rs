@@ -54,14 +54,23 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
             println!("{w}");
         }
     }
-    // Where `run` would start: the checkpoint (it must be readable), else source.start (its
-    // binlog file must still exist on the source).
+    // Where `run` would start: the start plan of the checkpoint (the same decision `run`
+    // makes, refusals included), else source.start (its binlog file must still exist).
     let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
     match store.load().await? {
-        Some(cp) => println!("checkpoint: {}:{} in {} (run resumes there; source.start is ignored)", cp.file, cp.pos, store.location()),
+        Some(cp) => {
+            let logs = crate::binlog::server::binary_logs(&mut conn).await?;
+            let plan = crate::binlog::start_plan::plan(&cfg.source, Some(&cp), &mut conn, &info, &logs).await?;
+            println!(
+                "checkpoint: {}:{} in {}; run resumes at {} (source.start is ignored)",
+                cp.file,
+                cp.pos,
+                store.location(),
+                plan.describe()
+            );
+        }
         None => {
             if let Ok(StartPoint::Binlog(p)) = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START) {
-                let mut conn = crate::binlog::server::connect(&cfg.source).await?;
                 let logs = crate::binlog::server::binary_logs(&mut conn).await?;
                 crate::binlog::server::require_binlog_file(&logs, &p, "source.start")?;
             }

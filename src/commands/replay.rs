@@ -239,7 +239,7 @@ pub async fn run(
     // JSON columns: read from the schema of now when the replica connection opens, then
     // again after each DDL on a mapped table in the range (see binlog::json_columns).
     let state = reader::ReadState { names, ..Default::default() };
-    let source_task = tokio::spawn(reader::run(range.source.clone(), mapper, state, range.resume.clone(), txn_tx, stop_rx, stats));
+    let source_task = tokio::spawn(reader::run(range.source.clone(), mapper, state, range.resume.clone(), None, txn_tx, stop_rx, stats));
     let mut summary = ReplaySummary { dry_run: args.dry_run, ..Default::default() };
     let mut last: Option<SourcePosition> = match &args.from {
         StartPoint::Binlog(p) => Some(SourcePosition { file: p.file.clone(), pos: p.pos, gtid: None }),
@@ -281,7 +281,7 @@ async fn open_range(cfg: &Config, args: &ReplayArgs, mappings: &[MappingConfig])
             let file = file_for_time(&source, &logs, *ms).await?;
             (Resume::FilePos(SourcePosition { file, pos: 4, gtid: None }), *ms)
         }
-        StartPoint::Current => unreachable!("--from does not accept `current`"),
+        StartPoint::Current | StartPoint::MysqlGtidSet(_) => unreachable!("--from accepts neither `current` nor a GTID set"),
     };
     Ok((mapper, Range { resume, not_before_ms, to, source }, info.mariadb))
 }
@@ -415,7 +415,7 @@ fn beyond(txn: &Transaction, to: &StartPoint) -> bool {
         StartPoint::Binlog(p) => BinlogPosition::from(&txn.position).order_key() > p.order_key(),
         StartPoint::Gtid(g) => StartPoint::single_gtid(g).is_some_and(|g| gtid_seq(txn, g.domain).is_some_and(|s| s > g.seq)),
         StartPoint::Time(ms) => txn.commit_time_ms > *ms,
-        StartPoint::Current => false,
+        StartPoint::Current | StartPoint::MysqlGtidSet(_) => false,
     }
 }
 
@@ -424,7 +424,7 @@ fn reached(txn: &Transaction, to: &StartPoint) -> bool {
     match to {
         StartPoint::Binlog(p) => BinlogPosition::from(&txn.position).order_key() >= p.order_key(),
         StartPoint::Gtid(g) => StartPoint::single_gtid(g).is_some_and(|g| gtid_seq(txn, g.domain).is_some_and(|s| s >= g.seq)),
-        StartPoint::Time(_) | StartPoint::Current => false,
+        StartPoint::Time(_) | StartPoint::Current | StartPoint::MysqlGtidSet(_) => false,
     }
 }
 

@@ -13,11 +13,12 @@
 
 use std::path::PathBuf;
 
-use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition, SourcePosition};
+use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, SourcePosition};
 use serde::{Deserialize, Serialize};
 
 use crate::binlog::json_columns::JsonColumns;
 use crate::binlog::reader::ReadState;
+use crate::binlog::server::ServerIdentity;
 use crate::binlog::xa::XaCheckpoint;
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
@@ -31,10 +32,22 @@ pub struct Checkpoint {
     pub file: String,
     /// Byte offset in `file` just after the last acknowledged commit.
     pub pos: u64,
-    /// MariaDB GTID state seen up to here (`domain-server-seq` per domain, comma-separated), or
-    /// the last MySQL GTID; informational for failover (resume uses file:pos).
+    /// The GTID state of everything before `file:pos`: MariaDB's GTID position (last
+    /// `domain-server-seq` per domain, comma-separated), or the MySQL GTID set
+    /// (`uuid:1-100,...`; written by binval before the `server` field existed, the last MySQL
+    /// GTID only). Where `file:pos` does not name the same place on the server binval connects
+    /// to (a failover), the start plan resumes by it ([`crate::binlog::start_plan`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid: Option<String>,
+    /// The server whose binlog `file:pos` belongs to. `None` in checkpoints of older binval
+    /// versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerIdentity>,
+    /// `source.fence_epoch` of the run that saved it: after a failover with
+    /// `source.fence = "file_pos"`, the new server's positions are comparable only under a
+    /// higher epoch. `None` in checkpoints of older binval versions (read as 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence_epoch: Option<u8>,
     /// When it was saved, Unix ms.
     pub saved_at_ms: u64,
     /// Mapped tables renamed before this position (see [`crate::mapping::TableNames`]).
@@ -67,42 +80,93 @@ fn is_empty_names(n: &TableNames) -> bool {
     n.0.is_empty()
 }
 
-/// Tracks the GTID state of acknowledged transactions: the MariaDB GTID position (last GTID
-/// per domain), or, for a MySQL source, the last GTID seen (`uuid:n`, kept as text: binval
-/// does not order by MySQL GTIDs).
+/// The GTID state of acknowledged transactions, as the checkpoint saves it: the MariaDB GTID
+/// position (last GTID per domain), or the MySQL GTID set of every transaction before the
+/// checkpoint (seeded where the run started: the checkpoint's set, `Executed_Gtid_Set` of a
+/// `current` start, a file's PREVIOUS_GTIDS event; then every acknowledged GTID added).
 #[derive(Debug, Default, Clone)]
 pub struct GtidState {
     mariadb: MariadbGtidPosition,
-    other: Option<String>,
+    mysql: MysqlGtidSet,
+    /// The MySQL set holds every GTID before the position, not only those read since the start
+    /// (a start at `FILE:POS` knows them only after the next PREVIOUS_GTIDS event, at the next
+    /// binlog file).
+    mysql_complete: bool,
 }
 
 impl GtidState {
-    /// The state saved in a checkpoint's `gtid` field (`0-1-5,1-2-7`, or a MySQL GTID).
-    pub fn from_saved(saved: &str) -> Self {
+    /// The state saved in a checkpoint's `gtid` field: a MariaDB GTID position, or a MySQL GTID
+    /// set (`complete`: saved with a server identity by a binval that saves whole sets; older
+    /// checkpoints hold the last MySQL GTID only).
+    pub fn from_saved(saved: &str, complete: bool) -> Self {
         let mut g = GtidState::default();
-        for one in saved.split(',') {
-            g.record(one);
+        if let Ok(p) = saved.parse::<MariadbGtidPosition>() {
+            g.mariadb = p;
+        } else if let Ok(set) = saved.parse::<MysqlGtidSet>() {
+            g.mysql = set;
+            g.mysql_complete = complete;
         }
         g
     }
 
+    /// A MariaDB GTID position known to be the whole state at the start.
+    pub fn from_mariadb(p: MariadbGtidPosition) -> Self {
+        GtidState { mariadb: p, ..Default::default() }
+    }
+
+    /// A MySQL GTID set known to be every GTID before the start.
+    pub fn from_mysql(set: MysqlGtidSet) -> Self {
+        GtidState { mysql: set, mysql_complete: true, ..Default::default() }
+    }
+
     /// Record the GTID of an acknowledged transaction: a MariaDB `domain-server-seq` becomes
-    /// the last of its domain; anything else is kept as the last MySQL GTID.
+    /// the last of its domain; a MySQL `uuid:n` (`uuid:tag:n`) joins the set.
     pub fn record(&mut self, gtid: &str) {
         match gtid.parse::<MariadbGtid>() {
             Ok(g) => self.mariadb.record(g),
-            Err(_) => self.other = Some(gtid.to_string()),
+            Err(_) => {
+                if self.mysql.add_gtid(gtid).is_err() {
+                    tracing::warn!(gtid, "a GTID that is neither MariaDB's nor MySQL's form: not kept in the checkpoint");
+                }
+            }
         }
     }
 
-    /// `0-1-5,1-2-7`, or the last MySQL GTID, or `None`.
+    /// MySQL: the GTIDs of every transaction before the next one (a PREVIOUS_GTIDS event at the
+    /// start of a binlog file) — from here on the set is whole.
+    pub fn record_previous(&mut self, previous: &MysqlGtidSet) {
+        self.mysql.union(previous);
+        self.mysql_complete = true;
+    }
+
+    /// The MariaDB GTID position, when one is known.
+    pub fn mariadb(&self) -> Option<&MariadbGtidPosition> {
+        (!self.mariadb.is_empty()).then_some(&self.mariadb)
+    }
+
+    /// The MySQL GTID set, when it holds every GTID before the position.
+    pub fn mysql(&self) -> Option<&MysqlGtidSet> {
+        (self.mysql_complete && !self.mysql.is_empty()).then_some(&self.mysql)
+    }
+
+    /// `0-1-5,1-2-7`, or the MySQL set (whole sets only), or `None`.
     pub fn render(&self) -> Option<String> {
-        if !self.mariadb.is_empty() {
-            Some(self.mariadb.to_string())
+        if let Some(p) = self.mariadb() {
+            Some(p.to_string())
         } else {
-            self.other.clone()
+            self.mysql().map(|s| s.to_string())
         }
     }
+}
+
+/// Where the positions of a tenure come from, saved with each checkpoint: the server they
+/// belong to and the fence epoch of the writes made from them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The server the tenure reads (see [`ServerIdentity`]).
+    pub server: Option<ServerIdentity>,
+    /// `source.fence_epoch`.
+    pub fence_epoch: u8,
 }
 
 /// Where checkpoints are read from and written to.
@@ -257,7 +321,7 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
 /// XA transaction with changes of mapped tables is held (`state.xa.hold`), the position saved
 /// is where it begins, and `pos` (or, if later, the applied position of the checkpoint the run
 /// started from) is saved as `xa.applied` (see [`crate::binlog::xa`]).
-pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState) -> Checkpoint {
+pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState, origin: &Origin) -> Checkpoint {
     let (at, applied) = match &state.xa.hold {
         Some(hold) => {
             let key = |p: &SourcePosition| BinlogPosition::from(p).order_key();
@@ -273,6 +337,8 @@ pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState)
         file: at.file.clone(),
         pos: at.pos,
         gtid: gtids.render(),
+        server: origin.server.clone(),
+        fence_epoch: Some(origin.fence_epoch),
         saved_at_ms: crate::now_ms(),
         renamed: state.names.clone(),
         json_columns: state.json.clone(),
@@ -294,13 +360,19 @@ mod tests {
     }
 
     #[test]
-    fn gtid_state_keeps_the_last_mysql_gtid_and_reads_what_it_saved() {
+    fn gtid_state_keeps_the_mysql_set_once_whole_and_reads_what_it_saved() {
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
         let mut g = GtidState::default();
         assert_eq!(g.render(), None);
-        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:22");
-        g.record("3e11fa47-71ca-11e1-9e33-c80aa9429562:23");
-        assert_eq!(g.render().as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"));
-        assert_eq!(GtidState::from_saved("1-2-3,0-1-6").render().as_deref(), Some("0-1-6,1-2-3"));
+        g.record(&format!("{u}:22"));
+        g.record(&format!("{u}:23"));
+        assert_eq!(g.render(), None, "GTIDs read since a FILE:POS start are not the whole set");
+        g.record_previous(&format!("{u}:1-21").parse().unwrap());
+        assert_eq!(g.render(), Some(format!("{u}:1-23")));
+        let saved = GtidState::from_saved(&format!("{u}:1-23"), true);
+        assert_eq!(saved.mysql().map(|s| s.to_string()), Some(format!("{u}:1-23")));
+        assert_eq!(GtidState::from_saved(&format!("{u}:23"), false).mysql(), None, "an older checkpoint's last GTID is no set");
+        assert_eq!(GtidState::from_saved("1-2-3,0-1-6", false).render().as_deref(), Some("0-1-6,1-2-3"));
     }
 
     #[tokio::test]
@@ -314,6 +386,8 @@ mod tests {
             file: "mysql-bin.000002".into(),
             pos: 1234,
             gtid: Some("0-1-9".into()),
+            server: Some(ServerIdentity { server_id: 7, server_uuid: None }),
+            fence_epoch: Some(0),
             saved_at_ms: 1,
             renamed,
             json_columns: JsonColumns::default(),

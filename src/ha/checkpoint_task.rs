@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, Mutex};
 
 use crate::binlog::reader::ReadState;
 use crate::error::{Error, TransientError};
-use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState};
+use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState, Origin};
 use crate::telemetry::names;
 use crate::write::apply::Pending;
 use crate::write::kafka_sink::KafkaSink;
@@ -43,6 +43,8 @@ pub struct CheckpointTask {
     pub kafka: Arc<KafkaSink>,
     /// GTID state of the saved checkpoint.
     pub gtids: GtidState,
+    /// The server the tenure reads and its fence epoch, saved with every checkpoint.
+    pub origin: Origin,
     /// The reader's state (renamed tables, JSON columns) of the saved checkpoint, moved on by
     /// each acknowledged transaction that changed it.
     pub state: ReadState,
@@ -108,6 +110,9 @@ impl CheckpointTask {
         }
         metrics::counter!(names::EVENTS_ACKED).increment(n);
         let Some(position) = p.position else { return Ok(false) };
+        if let Some(previous) = &p.gtid_previous {
+            self.gtids.record_previous(previous);
+        }
         for g in &p.gtids {
             self.gtids.record(g);
         }
@@ -143,7 +148,7 @@ impl CheckpointTask {
     /// Save; only a lost lease is an error (a failed save only means a restart re-applies more,
     /// and the next save retries).
     async fn save(&self, pos: &SourcePosition) -> Result<(), Error> {
-        let cp = checkpoint_at(pos, &self.gtids, &self.state);
+        let cp = checkpoint_at(pos, &self.gtids, &self.state, &self.origin);
         crate::failpoint::hit("checkpoint.before_save");
         match self.store.lock().await.save(&cp).await {
             Ok(()) => {

@@ -532,6 +532,9 @@ pub struct Pending {
     pub position: Option<SourcePosition>,
     /// The GTIDs of the group's transactions, in commit order.
     pub gtids: Vec<String>,
+    /// MySQL: the GTID set of a PREVIOUS_GTIDS event read before one of the group's
+    /// transactions (a new binlog file began), see [`Transaction::gtid_previous`].
+    pub gtid_previous: Option<Arc<binval_protocol::MysqlGtidSet>>,
     /// Commit time of the last transaction, Unix ms (0: unknown); from the heartbeat row when
     /// the group's last heartbeat is its last transaction (µs precision), else the binlog
     /// header's whole seconds.
@@ -562,6 +565,7 @@ impl Pending {
         Pending {
             position: Some(last.position.clone()),
             gtids: txns.iter().filter_map(|t| t.position.gtid.clone()).collect(),
+            gtid_previous: txns.iter_mut().rev().find_map(|t| t.gtid_previous.take()),
             commit_time_ms,
             heartbeat_us,
             table_names: txns.iter_mut().rev().find_map(|t| t.table_names.take()),
@@ -616,6 +620,7 @@ pub async fn apply_loop(
                 table_names: txn.table_names.take(),
                 json_columns: txn.json_columns.take(),
                 xa: txn.xa.take(),
+                gtid_previous: txn.gtid_previous.take(),
                 ..Transaction::default()
             };
             let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;

@@ -106,7 +106,7 @@ impl Live {
         let (stop, stop_rx) = watch::channel(false);
         let stats = Arc::new(SourceStats::default());
         let names = binval::binlog::reader::ReadState::default();
-        let handle = tokio::spawn(binval::binlog::reader::run(cfg, mapper, names, resume, tx, stop_rx, stats.clone()));
+        let handle = tokio::spawn(binval::binlog::reader::run(cfg, mapper, names, resume, None, tx, stop_rx, stats.clone()));
         Live { rx, stop, handle: Some(handle), transactions: Vec::new(), stats }
     }
 

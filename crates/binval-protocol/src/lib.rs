@@ -30,5 +30,5 @@ pub mod version;
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
 pub use fence::{parse_version, FencePosition, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
-pub use position::{file_index, BinlogPosition, MariadbGtid, MariadbGtidPosition, PositionParseError};
+pub use position::{file_index, BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, PositionParseError};
 pub use version::{should_evict, Version};

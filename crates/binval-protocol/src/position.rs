@@ -7,8 +7,12 @@
 //! * [`MariadbGtidPosition`]: a MariaDB GTID position, the last GTID of each domain,
 //!   `0-1-100,1-2-7` (what `@@gtid_slave_pos` and `@slave_connect_state` hold).
 //!
-//! MySQL GTIDs (`uuid:n`) are carried as text in [`crate::SourcePosition::gtid`]; binval reads
-//! them but does not order by them.
+//! * [`MysqlGtidSet`]: a MySQL GTID set, `uuid:1-100:200,uuid2:tag:1-5` (what
+//!   `@@gtid_executed` and `Executed_Gtid_Set` hold, and what a replica sends in
+//!   `COM_BINLOG_DUMP_GTID`: MySQL docs, "GTID Sets" and "GTID Auto-Positioning").
+//!
+//! One MySQL GTID (`uuid:n`, or `uuid:tag:n` on MySQL 8.4) is carried as text in
+//! [`crate::SourcePosition::gtid`]; binval does not order by them, it collects them into a set.
 //!
 //! ```
 //! use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition};
@@ -209,9 +213,208 @@ impl FromStr for MariadbGtidPosition {
     }
 }
 
+/// A MySQL GTID set: per source UUID (and tag, MySQL 8.4), the transaction numbers as sorted,
+/// disjoint, non-adjacent closed intervals.
+///
+/// Text form as MySQL prints it (MySQL docs, "GTID Format and Storage"):
+/// `3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:11,<uuid>:tag:1-3`; whitespace and newlines
+/// around members are ignored (`SHOW MASTER STATUS` breaks lines after commas), UUIDs and tags
+/// compare case-insensitively (printed lower case). The empty text is the empty set.
+///
+/// ```
+/// use binval_protocol::MysqlGtidSet;
+/// let mut s: MysqlGtidSet = "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7".parse().unwrap();
+/// s.add_gtid("3e11fa47-71ca-11e1-9e33-c80aa9429562:6").unwrap();
+/// assert_eq!(s.to_string(), "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-7");
+/// assert!(s.contains_gtid("3e11fa47-71ca-11e1-9e33-c80aa9429562:3"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MysqlGtidSet {
+    /// (uuid, tag or "") -> intervals `(first, last)`, inclusive.
+    members: BTreeMap<(String, String), Vec<(u64, u64)>>,
+}
+
+impl MysqlGtidSet {
+    /// True for the empty set.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Add transaction `gno` of `uuid` (with `tag`, `""` for none).
+    pub fn add(&mut self, uuid: &str, tag: &str, gno: u64) {
+        self.add_interval(uuid, tag, gno, gno);
+    }
+
+    /// Add one GTID in text form, `uuid:n` or `uuid:tag:n`.
+    ///
+    /// Errors when the text is not a single MySQL GTID.
+    pub fn add_gtid(&mut self, gtid: &str) -> Result<(), PositionParseError> {
+        let (uuid, tag, gno) = parse_one_gtid(gtid)?;
+        self.add(&uuid, &tag, gno);
+        Ok(())
+    }
+
+    /// True when `gtid` (`uuid:n` or `uuid:tag:n`) is in the set; false for text that is no
+    /// MySQL GTID.
+    pub fn contains_gtid(&self, gtid: &str) -> bool {
+        let Ok((uuid, tag, gno)) = parse_one_gtid(gtid) else { return false };
+        self.members.get(&(uuid, tag)).is_some_and(|iv| iv.iter().any(|&(a, b)| a <= gno && gno <= b))
+    }
+
+    /// Add every GTID of `other`.
+    pub fn union(&mut self, other: &MysqlGtidSet) {
+        for ((uuid, tag), ivs) in &other.members {
+            for &(a, b) in ivs {
+                self.add_interval(uuid, tag, a, b);
+            }
+        }
+    }
+
+    /// The members: `(uuid, tag ("" for none), intervals (first, last) inclusive)`.
+    pub fn members(&self) -> impl Iterator<Item = (&str, &str, &[(u64, u64)])> + '_ {
+        self.members.iter().map(|((u, t), iv)| (u.as_str(), t.as_str(), iv.as_slice()))
+    }
+
+    fn add_interval(&mut self, uuid: &str, tag: &str, first: u64, last: u64) {
+        let ivs = self.members.entry((uuid.to_ascii_lowercase(), tag.to_ascii_lowercase())).or_default();
+        ivs.push((first, last));
+        ivs.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ivs.len());
+        for &(a, b) in ivs.iter() {
+            match merged.last_mut() {
+                Some(m) if a <= m.1.saturating_add(1) => m.1 = m.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        *ivs = merged;
+    }
+}
+
+const MYSQL_GTID_SET: &str = "a MySQL GTID set like 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5[:tag:1-3][,uuid:...]";
+const MYSQL_GTID: &str = "a MySQL GTID like 3e11fa47-71ca-11e1-9e33-c80aa9429562:5 (or uuid:tag:5)";
+
+/// A MySQL server UUID: 32 hex digits in the 8-4-4-4-12 hyphenated form.
+fn is_uuid(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    parts.len() == 5 && parts.iter().zip([8, 4, 4, 4, 12]).all(|(p, n)| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// A GTID tag (MySQL 8.4 docs, "GTID Format and Storage"): `[a-z_][a-z0-9_]{0,31}`, any case.
+fn is_tag(s: &str) -> bool {
+    let mut b = s.bytes();
+    s.len() <= 32 && b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+fn parse_one_gtid(s: &str) -> Result<(String, String, u64), PositionParseError> {
+    let bad = || PositionParseError { text: s.to_string(), expected: MYSQL_GTID };
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    let (uuid, tag, n) = match parts.as_slice() {
+        [u, n] => (*u, "", *n),
+        [u, t, n] if is_tag(t) => (*u, *t, *n),
+        _ => return Err(bad()),
+    };
+    let gno: u64 = n.parse().map_err(|_| bad())?;
+    if !is_uuid(uuid) || gno == 0 {
+        return Err(bad());
+    }
+    Ok((uuid.to_ascii_lowercase(), tag.to_ascii_lowercase(), gno))
+}
+
+impl fmt::Display for MysqlGtidSet {
+    /// Members by UUID, each as `uuid:intervals[:tag:intervals...]`, UUIDs comma-separated.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut last_uuid: Option<&str> = None;
+        for ((uuid, tag), ivs) in &self.members {
+            if last_uuid != Some(uuid.as_str()) {
+                if last_uuid.is_some() {
+                    f.write_str(",")?;
+                }
+                f.write_str(uuid)?;
+                last_uuid = Some(uuid);
+            }
+            if !tag.is_empty() {
+                write!(f, ":{tag}")?;
+            }
+            for &(a, b) in ivs {
+                if a == b {
+                    write!(f, ":{a}")?;
+                } else {
+                    write!(f, ":{a}-{b}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for MysqlGtidSet {
+    type Err = PositionParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || PositionParseError { text: s.to_string(), expected: MYSQL_GTID_SET };
+        let mut out = MysqlGtidSet::default();
+        if s.trim().is_empty() {
+            return Ok(out);
+        }
+        for member in s.split(',') {
+            let mut parts = member.trim().split(':');
+            let uuid = parts.next().filter(|u| is_uuid(u)).ok_or_else(bad)?;
+            let mut tag = "";
+            let mut any = false;
+            for part in parts {
+                if part.starts_with(|c: char| c.is_ascii_digit()) {
+                    let (a, b) = match part.split_once('-') {
+                        Some((a, b)) => (a.parse::<u64>().map_err(|_| bad())?, b.parse::<u64>().map_err(|_| bad())?),
+                        None => {
+                            let n = part.parse::<u64>().map_err(|_| bad())?;
+                            (n, n)
+                        }
+                    };
+                    if a == 0 || b < a {
+                        return Err(bad());
+                    }
+                    out.add_interval(uuid, tag, a, b);
+                    any = true;
+                } else if is_tag(part) {
+                    tag = part;
+                    any = false;
+                } else {
+                    return Err(bad());
+                }
+            }
+            if !any {
+                return Err(bad());
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mysql_gtid_sets_parse_merge_and_print() {
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let v = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+        let s: MysqlGtidSet = format!("{v}:5,\n {u}:1-3:5-9:4, {u}:Tag_1:1-2").parse().unwrap();
+        assert_eq!(s.to_string(), format!("{u}:1-9:tag_1:1-2,{v}:5"));
+        assert_eq!(s.to_string().parse::<MysqlGtidSet>().unwrap(), s);
+        assert!(s.contains_gtid(&format!("{u}:7")) && s.contains_gtid(&format!("{u}:tag_1:2")));
+        assert!(!s.contains_gtid(&format!("{u}:10")) && !s.contains_gtid(&format!("{u}:other:1")) && !s.contains_gtid("x"));
+        let mut t = MysqlGtidSet::default();
+        t.add_gtid(&format!("{v}:6")).unwrap();
+        t.add_gtid(&format!("{u}:tag_1:3")).unwrap();
+        t.union(&s);
+        assert_eq!(t.to_string(), format!("{u}:1-9:tag_1:1-3,{v}:5-6"));
+        assert!("".parse::<MysqlGtidSet>().unwrap().is_empty());
+        for bad in [u.to_string(), format!("{u}:0"), format!("{u}:5-3"), "nouuid:1".into(), format!("{u}:tag"), format!("{u}:1,")] {
+            let e = bad.parse::<MysqlGtidSet>().unwrap_err();
+            assert!(e.to_string().contains("MySQL GTID set"), "{bad}: {e}");
+        }
+        assert!(t.add_gtid(&format!("{u}:1-2")).is_err() && t.add_gtid("0-1-2").is_err());
+    }
 
     #[test]
     fn binlog_positions_parse_print_and_order() {

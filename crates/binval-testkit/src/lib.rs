@@ -77,6 +77,7 @@
 //! installs whatever is missing. Overrides: `BINVAL_MARIADBD`, `BINVAL_TANSU`.
 
 mod broker;
+pub mod forward;
 mod mariadb;
 mod proc;
 pub mod procfs;

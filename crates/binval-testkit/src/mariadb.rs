@@ -116,6 +116,47 @@ impl MariaDb {
         self._proc.lock().unwrap().terminate(Duration::from_secs(30));
     }
 
+    /// Make this server (one of your own, [`MariaDb::start_with`] with its own `--server-id`) a
+    /// GTID replica of `primary`: it starts at `primary`'s current GTID position
+    /// (`gtid_slave_pos`), so only what `primary` writes from now on is replicated
+    /// (`CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos`, MariaDB docs "Global Transaction
+    /// ID"). Start both with `--log-slave-updates=ON` for a replica that can be promoted.
+    pub fn replicate_from(&self, primary: &MariaDb) -> anyhow::Result<()> {
+        let pos = primary.sql("SELECT @@gtid_binlog_pos")?.trim().to_string();
+        self.sql(&format!(
+            "STOP SLAVE; RESET SLAVE ALL; SET GLOBAL gtid_slave_pos = '{pos}';
+             CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {}, MASTER_USER = 'root', MASTER_PASSWORD = '', MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1;
+             START SLAVE;",
+            primary.port
+        ))?;
+        Ok(())
+    }
+
+    /// Wait (up to 30 s) until this replica has applied everything `primary` has written
+    /// (`gtid_slave_pos` reached `primary`'s `gtid_binlog_pos`).
+    pub fn wait_caught_up(&self, primary: &MariaDb) -> anyhow::Result<()> {
+        let want = primary.sql("SELECT @@gtid_binlog_pos")?.trim().to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let have = self.sql("SELECT @@gtid_slave_pos")?.trim().to_string();
+            if have == want {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let status = self.sql("SHOW SLAVE STATUS\\G").unwrap_or_default();
+                bail!("replica at GTID {have:?}, primary at {want:?} after 30 s\n{status}");
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Promote this replica: stop replicating and forget the primary (`STOP SLAVE; RESET SLAVE
+    /// ALL`); it then takes writes and keeps the domain's GTID numbering.
+    pub fn promote(&self) -> anyhow::Result<()> {
+        self.sql("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = OFF")?;
+        Ok(())
+    }
+
     /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) the server process: connections stay open but
     /// nothing answers — a half-open connection as a hung host or a network black hole makes.
     pub fn freeze(&self, frozen: bool) {
