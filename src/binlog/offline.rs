@@ -349,7 +349,8 @@ fn handle(
     Ok(())
 }
 
-/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT or MySQL GTID event shows.
+/// Add what the JSON line of a QUERY, ROTATE, XID, INCIDENT or MySQL GTID event shows (a
+/// GTID as `uuid:gno`, a tagged one as `uuid:tag:gno`).
 fn describe(data: &EventData<'_>, line: &mut Json) {
     match data {
         EventData::QueryEvent(q) => line["query"] = json!(q.query()),
@@ -360,7 +361,10 @@ fn describe(data: &EventData<'_>, line: &mut Json) {
             line["incident"] = json!(format!("{:?}", i.incident_type()));
             line["message"] = json!(i.message());
         }
-        EventData::GtidEvent(g) => line["gno"] = json!(g.gno()),
+        EventData::GtidEvent(g) => {
+            line["gno"] = json!(g.gno());
+            line["gtid"] = json!(crate::binlog::events::mysql_gtid_text(g));
+        }
         _ => {}
     }
 }
