@@ -79,6 +79,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tagged_gtids_keep_their_tag_and_anonymous_ones_have_none() {
+        let sid = [0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95, 0x62];
+        assert_eq!(gtid_text(&GtidEvent::new(sid, 23)).as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"));
+        let tag = Tag::new("mytag").unwrap();
+        assert_eq!(gtid_text(&GtidEvent::new_tagged(sid, tag, 3)).as_deref(), Some("3e11fa47-71ca-11e1-9e33-c80aa9429562:mytag:3"));
+        assert_eq!(gtid_text(&GtidEvent::new([0; 16], 0)), None);
+    }
+
+    #[test]
     fn dump_sids_round_trip_through_mysql_common_text() {
         let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
         let set: MysqlGtidSet = format!("{u}:1-5:7:tag_a:2-3").parse().unwrap();

@@ -44,28 +44,39 @@ pub fn binlog_now(db: &tk::MariaDb) -> (String, u64) {
     (it.next().unwrap().to_string(), it.next().unwrap().trim().parse().unwrap())
 }
 
-/// Row changes of tables of database `db_name` from `file:pos` to the end of the binlog, through
-/// the offline reader (following rotations to later files), as [`row_json`] values.
-pub fn offline_rows(db: &tk::MariaDb, from: &(String, u64), db_name: &str) -> Result<Vec<Value>, binval::binlog::offline::OfflineError> {
+/// Every JSON line of the offline reader (events and rows) from `file:pos` to the end of the
+/// binlog, following rotations to later files in the server's order.
+pub fn offline_lines(db: &tk::MariaDb, from: &(String, u64)) -> Result<Vec<Value>, binval::binlog::offline::OfflineError> {
+    // By the number after the dot, as the server counts (`.999999` comes before `.1000000`).
+    let index = |f: &str| binval_protocol::file_index(f).expect("a numbered binlog file");
     let mut files: Vec<String> = db.sql("SHOW BINARY LOGS").unwrap().lines().map(|l| l.split('\t').next().unwrap().to_string()).collect();
-    files.retain(|f| f.as_str() >= from.0.as_str());
-    files.sort();
-    let mut rows = Vec::new();
-    let prefix = format!("{db_name}.");
+    files.retain(|f| index(f) >= index(&from.0));
+    files.sort_by_key(|f| index(f));
+    let mut lines = Vec::new();
     for f in files {
         let start = if f == from.0 { Some(from.1) } else { None };
-        binval::binlog::offline::read_file(&db.datadir.join(&f), start, None, |l| {
-            if l.get("kind").is_some() && l["table"].as_str().is_some_and(|t| t.starts_with(&prefix)) {
-                let mut v = json!({"kind": l["kind"], "table": l["table"]});
-                for k in ["before", "after"] {
-                    if let Some(x) = l.get(k) {
-                        v[k] = x.clone();
-                    }
-                }
-                rows.push(v);
-            }
-        })?;
+        binval::binlog::offline::read_file(&db.datadir.join(&f), start, None, |l| lines.push(l))?;
     }
+    Ok(lines)
+}
+
+/// Row changes of tables of database `db_name` from `file:pos` to the end of the binlog, through
+/// the offline reader ([`offline_lines`]), as [`row_json`] values.
+pub fn offline_rows(db: &tk::MariaDb, from: &(String, u64), db_name: &str) -> Result<Vec<Value>, binval::binlog::offline::OfflineError> {
+    let prefix = format!("{db_name}.");
+    let rows = offline_lines(db, from)?
+        .into_iter()
+        .filter(|l| l.get("kind").is_some() && l["table"].as_str().is_some_and(|t| t.starts_with(&prefix)))
+        .map(|l| {
+            let mut v = json!({"kind": l["kind"], "table": l["table"]});
+            for k in ["before", "after"] {
+                if let Some(x) = l.get(k) {
+                    v[k] = x.clone();
+                }
+            }
+            v
+        })
+        .collect();
     Ok(rows)
 }
 
@@ -126,10 +137,11 @@ impl Live {
             }
             match tokio::time::timeout(left.min(Duration::from_millis(200)), self.rx.recv()).await {
                 Ok(Some(t)) => {
-                    // Positions name a real binlog file (the checkpoint resumes from them).
+                    // Positions name a real binlog file (the checkpoint resumes from them): six
+                    // digits or more (past mysql-bin.999999 comes mysql-bin.1000000).
                     let f = &t.position.file;
                     assert!(
-                        f.starts_with("mysql-bin.") && f.len() == "mysql-bin.000001".len() && f[10..].bytes().all(|b| b.is_ascii_digit()),
+                        f.starts_with("mysql-bin.") && f.len() >= "mysql-bin.000001".len() && f[10..].bytes().all(|b| b.is_ascii_digit()),
                         "transaction position names file {f:?}"
                     );
                     self.push(t)
