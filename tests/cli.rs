@@ -131,7 +131,7 @@ fn purged_start_position_is_a_clear_error() {
     let (code, out) = run_to_end(&["run"], &p);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("mysql-bin.999999:4") && out.contains("does not have"), "{out}");
-    assert!(out.contains("delete it") && out.contains("source.start"), "says what to do: {out}");
+    assert!(out.contains("delete the checkpoint") && out.contains("source.start") && out.contains("bootstrap"), "says what to do: {out}");
     // The bad start was not pinned as a checkpoint: fixing source.start is enough.
     let fixed = write_config("purged", &env.config_toml("current", MAPPING));
     let mut child = binval().arg("run").arg("--config").arg(&fixed).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();

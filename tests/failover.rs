@@ -316,3 +316,42 @@ fn mysql_gtid_sets_resume_exactly_after_each_transaction_of_the_test_binlogs() {
     }
     assert!(checked >= 8, "{checked} boundaries checked");
 }
+
+/// A checkpoint whose binlog file and GTIDs were purged (issue #21 item 4): `binval check`
+/// must say what `run` then meets — a refusal naming the purge — not "run resumes there".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purged_checkpoint_is_refused_by_check_and_run_alike() {
+    let pair = Pair::new("purged");
+    pair.b.stop();
+    let mut r = RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap());
+    let text = pair.config(&pair.a.repl_url(), "gtid");
+    let run = start(cfg(&text));
+    pair.a.sql("INSERT INTO shop.items VALUES (1, 10, 'a')").unwrap();
+    assert!(block(|| wait_replicas_match(&pair, &mut r, &pair.a)).is_empty());
+    run.stop().await;
+    let cp = pair.checkpoint(&mut r);
+    pair.a.sql("FLUSH BINARY LOGS; INSERT INTO shop.items VALUES (2, 20, 'b'); FLUSH BINARY LOGS").unwrap();
+    let now = pair.a.sql("SHOW MASTER STATUS").unwrap();
+    let current = now.split('\t').next().unwrap().to_string();
+    // MariaDB purges a file only once its binlog checkpoint has moved past it (InnoDB has
+    // flushed its transactions): ask again until the checkpoint's file is gone.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        pair.a.sql(&format!("PURGE BINARY LOGS TO '{current}'")).unwrap();
+        let logs = pair.a.sql("SHOW BINARY LOGS").unwrap();
+        if !logs.contains(cp["file"].as_str().unwrap()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "MariaDB did not purge {}: {logs}", cp["file"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let path = std::env::temp_dir().join(format!("{}.toml", pair.name));
+    std::fs::write(&path, &text).unwrap();
+    let (code, out, err) = block(|| binval_cli(&["check", "--config", path.to_str().unwrap()], &[]));
+    assert_ne!(code, 0, "check refuses a purged checkpoint:\n{out}\n{err}");
+    assert!(err.contains("purged") && err.contains(cp["file"].as_str().unwrap()), "check names the purge and the checkpoint:\n{out}\n{err}");
+    let e = start(cfg(&text)).expect_error(60).await.to_string();
+    assert!(e.contains("purged") && e.contains(cp["file"].as_str().unwrap()), "{e}");
+    pair.a.stop();
+}
