@@ -422,6 +422,13 @@ pub struct MappingConfig {
     /// JSON is always a document. `[]` turns detection off.
     #[serde(default)]
     pub json_columns: Option<Vec<String>>,
+    /// Accept key templates that do not identify one row (two rows may render one key): only
+    /// with `mode = "invalidate"`, whose deletes then leave a stale marker instead of a
+    /// tombstone, so readers ask their loader (which finds the other row, or none) instead of
+    /// answering "no row" while another row still renders the key. Default false: every
+    /// template must contain the columns of a unique key (`binlog::server::judge_key_templates`).
+    #[serde(default)]
+    pub allow_non_unique_keys: bool,
 }
 
 /// `[log]`.
@@ -545,6 +552,9 @@ impl Config {
         if !self.source.url.starts_with("mysql://") {
             return Err(bad("source.url".into(), format!("`{}` must start with mysql://", redact(&self.source.url))));
         }
+        if let Some(reason) = crate::security::mysql::url_tls_param(&self.source.url) {
+            return Err(bad("source.url".into(), reason));
+        }
         if self.source.server_id == 0 {
             return Err(bad("source.server_id".into(), "must be a non-zero server_id unique in the topology".into()));
         }
@@ -657,6 +667,12 @@ impl Config {
             if m.ttl_secs > MAX_TTL_MS / 1000 {
                 return Err(bad(f("ttl_secs"), format!("{} is out of range 0..={} s (100 years)", m.ttl_secs, MAX_TTL_MS / 1000)));
             }
+            if m.allow_non_unique_keys && m.mode != MappingMode::Invalidate {
+                return Err(bad(
+                    f("allow_non_unique_keys"),
+                    "needs mode = \"invalidate\": in write-through mode two rows rendering one key would overwrite each other's payload, and a delete of one would tombstone the key while the other exists".into(),
+                ));
+            }
             for (k, key) in m.keys.iter().enumerate() {
                 let t = KeyTemplate::parse(key).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
                 t.check_replicas(m.replicas).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
@@ -737,6 +753,33 @@ replicas = 8
         assert_eq!(c.kafka.topic, "binval.invalidations");
         assert_eq!(c.mappings[0].mode, MappingMode::WriteThrough);
         assert_eq!(c.mappings[0].payload, Payload::Whole("row".into()));
+    }
+
+    #[test]
+    fn non_unique_keys_need_invalidate_mode() {
+        let e = Config::from_toml(&format!("{OK}allow_non_unique_keys = true\n")).unwrap_err().to_string();
+        assert!(e.contains("mappings[0].allow_non_unique_keys") && e.contains("invalidate"), "{e}");
+        let c = Config::from_toml(&format!("{OK}allow_non_unique_keys = true\nmode = \"invalidate\"\n")).unwrap();
+        assert!(c.mappings[0].allow_non_unique_keys);
+        assert!(!Config::from_toml(OK).unwrap().mappings[0].allow_non_unique_keys);
+    }
+
+    #[test]
+    fn tls_parameters_of_the_source_url_are_refused() {
+        for (param, mode) in [
+            ("require_ssl=true", "verify-identity"),
+            ("require_ssl=true&verify_ca=false", "required"),
+            ("require_ssl=true&verify_identity=false", "verify-ca"),
+            ("built_in_roots=false", "disabled"),
+        ] {
+            let url = format!("mysql://binval:binval@127.0.0.1:3306?{param}");
+            let e = Config::from_toml(&OK.replace("mysql://binval:binval@127.0.0.1:3306", &url)).unwrap_err().to_string();
+            let first = param.split('&').next().unwrap();
+            assert!(e.contains("source.url") && e.contains(first) && e.contains("[source.tls]"), "{e}");
+            assert!(e.contains(&format!("mode = \"{mode}\"")), "{param}: {e}");
+        }
+        let ok = OK.replace("127.0.0.1:3306", "127.0.0.1:3306?prefer_socket=true");
+        assert!(Config::from_toml(&ok).is_ok(), "other parameters stay");
     }
 
     #[test]

@@ -119,6 +119,11 @@ pub enum DefiniteError {
     /// query (a `--where` filter it cannot run, a missing SELECT grant).
     #[error("table {table}: {message}")]
     Scan { table: String, message: String },
+    /// Key templates that do not identify a row of their table, and whose mapping does not
+    /// accept that (`binlog::server::judge_key_templates`): one line per template, `; `-joined.
+    /// Not a config error (the file is valid; the table's keys do not fit it), so exit 1.
+    #[error("mapping keys that do not identify a row: {0}")]
+    KeysNotUnique(String),
 }
 
 /// Failures that are retried with backoff.

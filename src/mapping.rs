@@ -6,6 +6,9 @@
 //! * UPDATE -> `update` of the key when it is the same before and after; when a key column
 //!   changed, `delete` of the old key and `insert` of the new one.
 //! * A key column that is NULL renders no key (nothing to cache under).
+//! * A mapping with `allow_non_unique_keys` (invalidate mode; its templates may render one
+//!   key from several rows): a `delete` becomes an `update` without payload, a stale marker
+//!   instead of a tombstone, since another row may still render the key.
 //!
 //! Tables without a rule are never decoded (the source asks [`Mapper::is_mapped`] at TABLE_MAP
 //! time).
@@ -53,6 +56,11 @@ struct Rule {
     /// `json_columns` not configured: take the ones detected on the source (for rows from the
     /// binlog, the ones the reader knew at the row's TABLE_MAP: `RowChange::json_columns`).
     detect_json: bool,
+    /// The mapping's place in `mappings` (for `mappings[i]` in errors).
+    index: usize,
+    /// `allow_non_unique_keys` (invalidate mode only): a delete leaves a stale marker, not a
+    /// tombstone, since another row may still render the key.
+    non_unique: bool,
 }
 
 /// Renamed mapped tables, followed as the binlog goes: current `schema.table` -> the
@@ -199,7 +207,7 @@ impl Mapper {
     /// validated config.
     pub fn new(mappings: &[MappingConfig]) -> Result<Self, binval_protocol::TemplateError> {
         let mut rules = HashMap::new();
-        for m in mappings {
+        for (index, m) in mappings.iter().enumerate() {
             let templates = m.keys.iter().map(|k| KeyTemplate::parse(k)).collect::<Result<Vec<_>, _>>()?;
             rules.insert(
                 m.table.clone(),
@@ -215,6 +223,8 @@ impl Mapper {
                     ttl_secs: m.ttl_secs,
                     json_columns: m.json_columns.clone().unwrap_or_default(),
                     detect_json: m.json_columns.is_none(),
+                    index,
+                    non_unique: m.allow_non_unique_keys,
                 },
             );
         }
@@ -233,6 +243,13 @@ impl Mapper {
     /// (`schema.table`), for table-wide invalidation.
     pub fn templates_of(&self, table: &str) -> Option<(&str, &[KeyTemplate], u32)> {
         self.rules.get(table).map(|r| (&*r.table, r.templates.as_slice(), r.replicas))
+    }
+
+    /// The key templates of mapped table `table` (configured `schema.table`) for the key
+    /// judgment (`binlog::server::judge_key_templates`): the mapping's index in `mappings`, its
+    /// templates, and whether it accepts non-unique keys.
+    pub fn key_rule(&self, table: &str) -> Option<(usize, &[KeyTemplate], bool)> {
+        self.rules.get(table).map(|r| (r.index, r.templates.as_slice(), r.non_unique))
     }
 
     /// The first row of `rows` whose image lacks a column the key templates of its table use,
@@ -336,6 +353,9 @@ impl Mapper {
                 }
             };
             let mut push = |key: String, op: Op, payload: Option<String>| {
+                // Another row may still render a key a non-unique mapping deletes: invalidate
+                // it instead (readers ask their loader, which finds that row or none).
+                let op = if op == Op::Delete && rule.non_unique { Op::Update } else { op };
                 if rule.replicas > 1 {
                     if let Some(tag) = hash_tag(key.as_bytes()) {
                         tracing::warn!(key = %key, tag = %String::from_utf8_lossy(tag), "a column value forms a Redis hash tag: all replicas of this key share one hash slot");
@@ -514,6 +534,38 @@ replicas = 4
 
     fn row(v: serde_json::Value) -> Row {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn a_non_unique_mapping_invalidates_instead_of_deleting() {
+        let m = mapper("mode = \"invalidate\"\nallow_non_unique_keys = true");
+        assert_eq!(m.key_rule("shop.items").map(|(i, t, a)| (i, t.len(), a)), Some((0, 2, true)));
+        let (a, b) = (row(json!({"id": 1, "sku": "A"})), row(json!({"id": 1, "sku": "B"})));
+        let change = |kind, before: Option<&Row>, after: Option<&Row>| RowChange {
+            table: "shop.items".into(),
+            kind,
+            before: before.cloned(),
+            after: after.cloned(),
+            event: 0,
+            json_columns: None,
+        };
+        let mut out = vec![];
+        m.map_row(&change(RowKind::Delete, Some(&a), None), &mut out);
+        m.map_row(&change(RowKind::Update, Some(&a), Some(&b)), &mut out);
+        let got: Vec<(&str, Op, Option<&str>)> = out.iter().map(|c| (c.key.as_str(), c.op, c.payload.as_deref())).collect();
+        // Another row may still render item:sku:A: a stale marker (update, no payload), not a
+        // tombstone.
+        assert_eq!(
+            got,
+            vec![
+                ("item:detail:1", Op::Update, None),
+                ("item:sku:A", Op::Update, None),
+                ("item:sku:A", Op::Update, None),
+                ("item:detail:1", Op::Update, None),
+                ("item:sku:B", Op::Insert, None)
+            ]
+        );
+        assert_eq!(mapper("").key_rule("shop.items").map(|(_, _, a)| a), Some(false));
     }
 
     #[test]

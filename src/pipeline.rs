@@ -194,7 +194,12 @@ async fn run_once(
         }
     };
     let result = run_active(cfg, mapper, shutdown.clone(), stats, &redis, &lease).await;
-    if *shutdown.borrow() && !matches!(result, Err(Error::Transient(TransientError::LeaseLost { .. }))) {
+    // Stopping for good (shutdown, or a definite error: `binval run` exits), with every task
+    // ended: release the lease so another instance takes over at once instead of after
+    // `source.lease_ms`. A lost lease is another instance's now; a transient error is retried
+    // by this instance, which keeps it.
+    let stopping = *shutdown.borrow() || matches!(result, Err(Error::Definite(_)));
+    if stopping && !matches!(result, Err(Error::Transient(TransientError::LeaseLost { .. }))) {
         lease.release(&redis).await;
     }
     result
@@ -252,8 +257,12 @@ async fn prepare(
     let mut conn = server::connect(&cfg.source).await?;
     let info = server::preflight(&mut conn).await?;
     let logs = server::binary_logs(&mut conn).await?;
-    for p in server::check_mappings(&mut conn, &cfg.mappings).await? {
-        // Not fatal: the table may be created later; `binval check` fails on it.
+    let problems = server::check_mappings(&mut conn, &cfg.mappings).await?;
+    // A key that does not identify a row is fatal (deletes would tombstone keys other rows
+    // still render); the rest is not: the table may be created later (judged again then, after
+    // its DDL), and `binval check` fails on it.
+    problems.refuse_keys()?;
+    for p in &problems.schema {
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
     let plan = start_plan::plan(&cfg.source, saved.as_ref(), &mut conn, &info, &logs).await?;

@@ -84,6 +84,14 @@ replicas = 2
         format!("{}:item:{id}", self.name)
     }
 
+    /// Wait until a `current` start is pinned into the checkpoint (writes after it are read).
+    async fn wait_pinned(&self, r: &mut RedisClient) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while r.get(&format!("binval:{{{}}}:checkpoint", self.name)).is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn checkpoint(&self, r: &mut RedisClient) -> serde_json::Value {
         let text = r.get(&format!("binval:{{{}}}:checkpoint", self.name)).expect("a checkpoint");
         serde_json::from_str(&text).unwrap()
@@ -139,10 +147,7 @@ async fn failover_resumes_by_gtid_and_loses_nothing() {
     let on_a = pair.config(&pair.a.repl_url(), "gtid");
     let run = start(cfg(&on_a));
     // The start is pinned: wait for its checkpoint before writing.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while r.get(&format!("binval:{{{}}}:checkpoint", pair.name)).is_none() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    pair.wait_pinned(&mut r).await;
     let values: Vec<String> = (1..=10).map(|i| format!("({i}, {}, 'item {i}')", i * 10)).collect();
     pair.a.sql(&format!("INSERT INTO shop.items VALUES {}", values.join(", "))).unwrap();
     pair.a.sql("UPDATE shop.items SET price = price + 1 WHERE id <= 3").unwrap();
@@ -197,10 +202,7 @@ async fn failover_under_a_running_binval_behind_one_address() {
     let mut r = RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap());
     let url = format!("mysql://binval:binval@127.0.0.1:{}", fwd.port);
     let run = start(cfg(&pair.config(&url, "gtid")));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while r.get(&format!("binval:{{{}}}:checkpoint", pair.name)).is_none() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    pair.wait_pinned(&mut r).await;
     let values: Vec<String> = (1..=8).map(|i| format!("({i}, {}, 'item {i}')", i * 10)).collect();
     pair.a.sql(&format!("INSERT INTO shop.items VALUES {}", values.join(", "))).unwrap();
     for round in 0..20 {
@@ -326,6 +328,7 @@ async fn purged_checkpoint_is_refused_by_check_and_run_alike() {
     let mut r = RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap());
     let text = pair.config(&pair.a.repl_url(), "gtid");
     let run = start(cfg(&text));
+    pair.wait_pinned(&mut r).await;
     pair.a.sql("INSERT INTO shop.items VALUES (1, 10, 'a')").unwrap();
     assert!(block(|| wait_replicas_match(&pair, &mut r, &pair.a)).is_empty());
     run.stop().await;
@@ -349,8 +352,12 @@ async fn purged_checkpoint_is_refused_by_check_and_run_alike() {
     let path = std::env::temp_dir().join(format!("{}.toml", pair.name));
     std::fs::write(&path, &text).unwrap();
     let (code, out, err) = block(|| binval_cli(&["check", "--config", path.to_str().unwrap()], &[]));
-    assert_ne!(code, 0, "check refuses a purged checkpoint:\n{out}\n{err}");
-    assert!(err.contains("purged") && err.contains(cp["file"].as_str().unwrap()), "check names the purge and the checkpoint:\n{out}\n{err}");
+    let events = pair.a.sql(&format!("SHOW BINLOG EVENTS IN '{current}' LIMIT 8")).unwrap();
+    assert_ne!(code, 0, "check refuses a purged checkpoint:\n{out}\n{err}\n{events}");
+    assert!(
+        err.contains("purged") && err.contains(cp["file"].as_str().unwrap()),
+        "check names the purge and the checkpoint:\n{out}\n{err}"
+    );
     let e = start(cfg(&text)).expect_error(60).await.to_string();
     assert!(e.contains("purged") && e.contains(cp["file"].as_str().unwrap()), "{e}");
     pair.a.stop();

@@ -25,6 +25,21 @@ fn peak_rss_kib(pid: u32) -> u64 {
     binval_testkit::procfs::peak_rss_kib(pid).unwrap_or(0)
 }
 
+/// `binval run --config cfg` with `RUST_LOG=binval=info` into a log of `env`'s own: the child
+/// and the log's path.
+fn spawn_run(env: &Env, cfg: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
+    let log = tk::state_root().join(format!("{}.log", env.prefix));
+    let child = Command::new(env!("CARGO_BIN_EXE_binval"))
+        .args(["run", "--config"])
+        .arg(cfg)
+        .env("RUST_LOG", "binval=info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    (child, log)
+}
+
 #[test]
 #[ignore = "opt-in: a 10M-row transaction (BINVAL_HUGE_ROWS), minutes and gigabytes"]
 fn a_huge_transaction_is_applied_whole_in_bounded_memory() {
@@ -49,16 +64,7 @@ fn a_huge_transaction_is_applied_whole_in_bounded_memory() {
     let committed = Instant::now();
     let v = rt.block_on(env.exec_v(&sql));
     println!("{rows} rows committed in {:.1} s (version {v})", committed.elapsed().as_secs_f64());
-    let log = tk::state_root().join(format!("{}.log", env.prefix));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_binval"))
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .env("RUST_LOG", "binval=info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut child, log) = spawn_run(&env, &cfg);
     let started = Instant::now();
     let mut r = env.redis_client();
     let last = format!("{}:item:{rows}", env.prefix);
@@ -92,4 +98,75 @@ fn a_huge_transaction_is_applied_whole_in_bounded_memory() {
         peak / 1024
     );
     assert!(spilled, "a transaction this large spills its row events");
+}
+
+/// Opt-in: one row of `BINVAL_BIG_ROW_MB` MB (default 64) in a LONGBLOB, so one row event of
+/// that size, through a `binval run` process on a MariaDB of its own (`max_allowed_packet`
+/// 1 GiB); prints binval's peak RSS and its ratio to the event. `BINVAL_BIG_ROW_TYPE`
+/// (`LONGBLOB`, or `LONGTEXT`) and `BINVAL_BIG_ROW_REPLICAS` (1) vary the column and the
+/// mapping. The transaction memory limit
+/// bounds a transaction's row events held together, not the copies one event goes through
+/// (README, "Any transaction size"; numbers in docs/benchmarks.md).
+///
+/// ```sh
+/// cargo test --release --test huge_transaction a_single_big_row -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "opt-in: a MariaDB of its own and a 64 MB row (BINVAL_BIG_ROW_MB)"]
+fn a_single_big_row_event_peak_rss() {
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_string());
+    let mb: usize = var("BINVAL_BIG_ROW_MB", "64").parse().unwrap();
+    let (ty, replicas) = (var("BINVAL_BIG_ROW_TYPE", "LONGBLOB"), var("BINVAL_BIG_ROW_REPLICAS", "1"));
+    let db = tk::MariaDb::start_with(&["--max-allowed-packet=1073741824"]).unwrap();
+    let env = Env::new("bigrow", RedisKind::Standalone);
+    let name = db.create_database("bigrow").unwrap();
+    db.sql(&format!("USE `{name}`; CREATE TABLE big (id INT PRIMARY KEY, body {ty});")).unwrap();
+    let now = db.sql("SHOW MASTER STATUS").unwrap();
+    let mut cols = now.split_whitespace();
+    let start = format!("{}:{}", cols.next().unwrap(), cols.next().unwrap());
+    let mapping = format!("[[mappings]]\ntable = \"{name}.big\"\nkeys = [\"{{p}}:big:{{id}}\"]\nreplicas = {replicas}\n");
+    let text = env.config_toml(&start, &mapping).replace(&tk::mariadb().repl_url(), &db.repl_url());
+    let cfg = env.write_config(&text);
+    let (mut child, log) = spawn_run(&env, &cfg);
+    let _guard = KillOnPanic(child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = peak_rss_kib(child.id());
+    db.sql(&format!("USE `{name}`; INSERT INTO big VALUES (1, REPEAT('x', {}));", mb << 20)).unwrap();
+    let key = format!("{}:big:1", env.prefix);
+    let mut r = env.redis_client();
+    let started = Instant::now();
+    let mut peak = idle;
+    while r.version(&key) == 0 {
+        peak = peak.max(peak_rss_kib(child.id()));
+        assert!(child.try_wait().unwrap().is_none(), "binval exited: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(started.elapsed() < Duration::from_secs(600), "not applied within 10 min");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    peak = peak.max(peak_rss_kib(child.id()));
+    assert_eq!(r.replica(&key, 0).map(|p| p.len() > mb << 20), Some(true), "the payload holds the whole value");
+    let inserted = peak;
+    // An UPDATE's event carries both images (binlog_row_image=FULL): twice the bytes.
+    let first = r.version(&key);
+    db.sql(&format!("USE `{name}`; UPDATE big SET body = REPEAT('y', {}) WHERE id = 1;", mb << 20)).unwrap();
+    while r.version(&key) == first {
+        peak = peak.max(peak_rss_kib(child.id()));
+        assert!(child.try_wait().unwrap().is_none(), "binval exited: {}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(started.elapsed() < Duration::from_secs(600), "not applied within 10 min");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    peak = peak.max(peak_rss_kib(child.id()));
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    db.stop();
+    println!(
+        "big row: {mb} MB {ty} value, {replicas} replica(s), idle {} MiB; INSERT: peak RSS {} MiB, {:.1}x the value; UPDATE (two images): peak {} MiB, {:.1}x; {:.1} s",
+        idle / 1024,
+        inserted / 1024,
+        (inserted - idle) as f64 / 1024.0 / mb as f64,
+        peak / 1024,
+        (peak - idle) as f64 / 1024.0 / mb as f64,
+        started.elapsed().as_secs_f64()
+    );
 }

@@ -37,7 +37,7 @@ fn master_of(slot: u16) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_replicas_on_their_masters_and_the_row() {
     let env = Env::new("inspect", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, sku VARCHAR(20), price DECIMAL(6,2))").await;
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, sku VARCHAR(20) UNIQUE, price DECIMAL(6,2))").await;
     let start = env.binlog_now().await;
     let cfg = env.write_config(&env.config_toml(&start, MAPPING));
     let run = pipeline_env::start(env.config(&start, MAPPING));

@@ -124,6 +124,17 @@ async fn mariadb_over_tls_with_require_ssl_user() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("source.tls.ca_file"), "{out}");
 
+    // mysql_async's own TLS parameters in the URL are refused by every command, naming the
+    // parameter and the [source.tls] mode that does what it asks (never plaintext unseen).
+    let in_url = on_tls_mariadb(&base, &user, &pw_file, "").replace(&format!("{}\"", db.port), &format!("{}?require_ssl=true\"", db.port));
+    assert!(in_url.contains("?require_ssl=true\""), "{in_url}");
+    for cmd in ["check", "run"] {
+        let (code, out) = run_to_end(&[cmd], &write_file("c.toml", &in_url), &[]);
+        assert_eq!(code, 2, "{cmd}: {out}");
+        assert!(out.contains("source.url") && out.contains("require_ssl=true") && out.contains("[source.tls]"), "{cmd}: {out}");
+        assert!(out.contains("mode = \"verify-identity\""), "{cmd}: {out}");
+    }
+
     // run over TLS: a row reaches Redis.
     let running = start(binval::config::Config::from_toml(&verified).unwrap());
     tokio::time::sleep(Duration::from_millis(1500)).await;

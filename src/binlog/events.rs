@@ -37,8 +37,9 @@ pub(crate) struct ReadContext<'a> {
     pub(crate) xa: &'a mut PreparedXas,
     /// Where held row events spill (`source.transaction_memory_mb`, `source.spill_dir`).
     spill: SpillSettings,
-    /// Mapped tables a DDL statement just named: their JSON columns are read again before the
-    /// next event is handled (see `binlog::json_columns`).
+    /// Tables a DDL statement just named: before the next event is handled, the key templates
+    /// of the mapped ones are judged again (`reader::check_keys_after_ddl`) and, on MariaDB,
+    /// their JSON columns are read again (see `binlog::json_columns`).
     pub(crate) json_refresh: Vec<String>,
     stats: &'a SourceStats,
     /// The source is MariaDB (its TABLE_MAPs count GEOMETRY among the character columns).
@@ -466,9 +467,7 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
 fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, schema: &str) -> Result<Option<Transaction>, Error> {
     let mut invalidate_tables = Vec::new();
     let mut renamed = false;
-    if ctx.mariadb {
-        ctx.json_refresh.extend(crate::binlog::ddl::tables_named(t, schema));
-    }
+    ctx.json_refresh.extend(crate::binlog::ddl::tables_named(t, schema));
     if let Some(ddl) = crate::binlog::ddl::classify(t, schema) {
         if ddl.invalidates() {
             for table in &ddl.tables {

@@ -35,7 +35,9 @@ use crate::binlog::events::{self, ReadContext};
 use crate::binlog::json_columns::JsonColumns;
 use crate::binlog::resume::{Resume, SourceStats};
 use crate::binlog::row_events::SpillSettings;
-use crate::binlog::server::{binary_logs, connect, preflight, require_binlog_file, ServerIdentity};
+use crate::binlog::server::{
+    binary_logs, connect, judge_key_templates, preflight, require_binlog_file, table_columns, unique_keys, ServerIdentity,
+};
 use crate::binlog::txn::Transaction;
 use crate::binlog::xa::{PreparedXas, XaCheckpoint};
 use crate::config::SourceConfig;
@@ -234,7 +236,12 @@ async fn read_once(
         };
         let handled = events::handle(&mut ctx, &framed)?;
         if !ctx.json_refresh.is_empty() {
-            json_changed |= refresh_json_columns(cfg, &mut ctx, &mut schema_conn).await?;
+            check_keys_after_ddl(cfg, &ctx, &mut schema_conn).await?;
+            if mariadb {
+                json_changed |= refresh_json_columns(cfg, &mut ctx, &mut schema_conn).await?;
+            } else {
+                ctx.json_refresh.clear();
+            }
         }
         let Some(mut txn) = handled else { continue };
         if std::mem::take(&mut json_changed) {
@@ -285,6 +292,48 @@ async fn refresh_json_columns(cfg: &SourceConfig, ctx: &mut ReadContext<'_>, con
         }
     }
     Ok(ctx.state.json != before)
+}
+
+/// After a DDL statement named tables (`ctx.json_refresh`): judge the key templates of those
+/// that are mapped against their unique keys as the source has them now
+/// ([`crate::binlog::server::judge_key_templates`], as at start). A template that no longer
+/// identifies a row (`ALTER TABLE t DROP PRIMARY KEY`) stops the source with
+/// [`DefiniteError::MappingBroken`] naming the table, the position after the statement and the
+/// mapping, before any later row of the table is applied. A table that is gone (DROP) or a
+/// template whose column is gone is not judged here (the rows say so, see
+/// [`Mapper::missing_key_columns`]).
+async fn check_keys_after_ddl(cfg: &SourceConfig, ctx: &ReadContext<'_>, conn: &mut Option<mysql_async::Conn>) -> Result<(), Error> {
+    for table in &ctx.json_refresh {
+        let Some(configured) = ctx.state.names.resolve(ctx.mapper, table) else { continue };
+        let Some((index, templates, accepts)) = ctx.mapper.key_rule(&configured) else { continue };
+        if accepts {
+            continue;
+        }
+        let c = match conn {
+            Some(c) => c,
+            None => conn.insert(connect(cfg).await?),
+        };
+        let cols = table_columns(c, table).await?;
+        let judged: Vec<(usize, binval_protocol::KeyTemplate)> = templates
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.columns().all(|x| cols.iter().any(|c| c == x)))
+            .map(|(k, t)| (k, t.clone()))
+            .collect();
+        if judged.is_empty() {
+            continue;
+        }
+        let problems = judge_key_templates(index, &configured, &judged, false, &unique_keys(c, table).await?);
+        if !problems.is_empty() {
+            return Err(DefiniteError::MappingBroken {
+                table: table.clone(),
+                position: format!("{}:{}", ctx.file, ctx.last_pos),
+                message: format!("after this DDL statement, {}", problems.join("; ")),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Connect, run the preflight, and open the binlog stream at `resume`: checks that the server

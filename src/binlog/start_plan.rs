@@ -200,7 +200,47 @@ async fn from_checkpoint(
             "{why}, {missing}: set source.start to the position on this server that follows the checkpoint's last transaction, delete the checkpoint and start again (README \"Failover\")"
         )));
     };
+    gtids_still_there(conn, &resume, logs, &checkpoint_text).await?;
     Ok(StartPlan { resume, gtids, state, origin, pin: None, how: How::CheckpointByGtid { checkpoint: checkpoint_text, why } })
+}
+
+/// Refuse a GTID resume whose following transactions the server no longer has (purged
+/// binlogs), before the replica connection would fail on it: MariaDB, the checkpoint's
+/// sequence number of a domain is below where the oldest binlog file starts (its GTID_LIST
+/// event, [`server::mariadb_gtid_list`]); MySQL, `@@gtid_purged` is not within the set
+/// (`GTID_SUBSET`). So `binval check` says what `run` would meet.
+async fn gtids_still_there(conn: &mut Conn, resume: &Resume, logs: &[String], checkpoint: &str) -> Result<(), Error> {
+    use mysql_async::prelude::Queryable;
+    let gone = |message: String| -> Error {
+        DefiniteError::PositionGone { position: format!("{resume} (the checkpoint {checkpoint})"), message }.into()
+    };
+    match resume {
+        Resume::Gtid(want) => {
+            let Some(oldest) = logs.first() else { return Ok(()) };
+            let Some(start) = server::mariadb_gtid_list(conn, oldest).await? else { return Ok(()) };
+            for g in want.iter() {
+                if let Some(first) = start.get(g.domain) {
+                    if g.seq < first.seq {
+                        return Err(gone(format!(
+                            "the transactions after it were purged: the oldest binlog file {oldest} starts after GTID {first}"
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        }
+        Resume::MysqlGtid(set) => {
+            let inside: Option<Option<i64>> = conn
+                .exec_first("SELECT GTID_SUBSET(@@gtid_purged, ?)", (set.to_string(),))
+                .await
+                .map_err(|e| crate::error::classify_mysql(e, "GTID_SUBSET(@@gtid_purged, ...)"))?;
+            if inside.flatten() == Some(0) {
+                return Err(gone("transactions not in it were purged (@@gtid_purged is not within the set)".into()));
+            }
+            Ok(())
+        }
+        Resume::FilePos(_) => Ok(()),
+    }
 }
 
 async fn from_configured(

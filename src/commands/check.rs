@@ -33,11 +33,12 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     let tls = security::mysql::session_tls(&mut conn).await?;
     println!("source tls: {}", describe(tls.map(|(v, c)| (v, c, "the connection itself")), cfg.source.tls.effective_mode()));
     let problems = crate::binlog::server::check_mappings(&mut conn, &cfg.mappings).await?;
-    for p in &problems {
+    for p in problems.all() {
         println!("mapping problem: {p}");
     }
-    if !problems.is_empty() {
-        return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.len())));
+    problems.refuse_keys()?;
+    if !problems.schema.is_empty() {
+        return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.schema.len())));
     }
     check_grants(&mut conn, &cfg, info.mariadb).await?;
     let mut redis = crate::redis_conn::RedisConn::connect(&cfg.redis).await?;

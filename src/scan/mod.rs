@@ -60,8 +60,8 @@ impl Scanner {
     /// `renamed` (the checkpoint's followed RENAMEs) says it moved.
     ///
     /// Errors: the source's settings (as `binval run` refuses them), a table that does not
-    /// exist, was renamed away, or has no usable key ([`DefiniteError::Scan`]), connection
-    /// failures.
+    /// exist, was renamed away, or has no usable key ([`DefiniteError::Scan`]), a key template
+    /// that does not identify a row ([`DefiniteError::KeysNotUnique`]), connection failures.
     pub async fn open(cfg: &Config, mappings: &[MappingConfig], renamed: &TableNames) -> Result<Self, Error> {
         let mut conn = server::connect(&cfg.source).await?;
         let info = server::preflight(&mut conn).await?;
@@ -73,6 +73,19 @@ impl Scanner {
                 message: "was renamed away (the checkpoint's followed RENAMEs say no table is under this mapping now)".into(),
             })?;
             let layout = TableLayout::read(&mut conn, &live).await?;
+            // The mapping's keys as `binval run` judges them (a scan would write or compare
+            // keys that two rows render, as the binlog path would).
+            let index = cfg.mappings.iter().position(|c| c.table == m.table).unwrap_or_default();
+            let templates: Vec<_> = m
+                .keys
+                .iter()
+                .enumerate()
+                .filter_map(|(k, key)| binval_protocol::KeyTemplate::parse(key).ok().filter(|t| layout.has_columns(t)).map(|t| (k, t)))
+                .collect();
+            let problems = server::judge_key_templates(index, &m.table, &templates, m.allow_non_unique_keys, &layout.unique);
+            if !problems.is_empty() {
+                return Err(DefiniteError::KeysNotUnique(problems.join("; ")).into());
+            }
             tables.push(ScanTable { mapping: m.clone(), table: Arc::from(m.table.as_str()), layout });
         }
         let base = Arc::new(Mapper::new(mappings).map_err(|e| Error::config("mappings", e.to_string()))?);

@@ -19,6 +19,7 @@ use mysql_async::{Conn, Params, Row, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::binlog::decode::{column_value_to_json, Row as JsonRow};
+use crate::binlog::server::UniqueKey;
 use crate::error::{classify_mysql, DefiniteError, Error};
 
 /// A table's columns and scan key (module docs).
@@ -32,6 +33,8 @@ pub struct TableLayout {
     pub key: Vec<String>,
     /// `PRIMARY KEY` or `UNIQUE KEY name`.
     pub key_name: String,
+    /// Every unique key of the table (for [`crate::binlog::server::judge_key_templates`]).
+    pub unique: Vec<UniqueKey>,
     /// `` `schema`.`table` ``.
     from: String,
     /// The SELECT list: every column, then the key columns as stored (for the next chunk).
@@ -133,15 +136,8 @@ impl TableLayout {
         if cols.is_empty() {
             return Err(fail("does not exist on the source (or the binval user cannot see it)".into()));
         }
-        let stats: Vec<IndexPart> = conn
-            .exec(
-                "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SEQ_IN_INDEX, NULLABLE, SUB_PART FROM information_schema.STATISTICS \
-                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
-                (schema, name),
-            )
-            .await
-            .map_err(|e| classify_mysql(e, "information_schema.STATISTICS"))?;
-        let (key_name, key) = scan_key(&stats).ok_or_else(|| {
+        let unique = crate::binlog::server::unique_keys(conn, table).await?;
+        let (key_name, key) = scan_key(&unique).ok_or_else(|| {
             fail("has no PRIMARY KEY (nor a UNIQUE key of NOT NULL columns): a table scan reads rows in key order, chunk by chunk; add a primary key".into())
         })?;
         let mut select: Vec<String> = cols
@@ -158,6 +154,7 @@ impl TableLayout {
             columns: cols.into_iter().map(|(c, _)| c).collect(),
             key,
             key_name,
+            unique,
             from: format!("{}.{}", quote(schema), quote(name)),
             select: select.join(", "),
         })
@@ -290,28 +287,11 @@ impl TableLayout {
     }
 }
 
-/// One column of an index: `(INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SEQ_IN_INDEX, NULLABLE,
-/// SUB_PART)` of `information_schema.STATISTICS`.
-type IndexPart = (String, u64, String, u64, String, Option<u64>);
-
-/// The PRIMARY KEY, else the first UNIQUE key of NOT NULL columns without prefix parts, from
-/// `(INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SEQ_IN_INDEX, NULLABLE, SUB_PART)` rows ordered by
-/// PRIMARY first, then index name and position.
-fn scan_key(stats: &[IndexPart]) -> Option<(String, Vec<String>)> {
-    let mut names: Vec<&str> = Vec::new();
-    for s in stats {
-        if !names.contains(&s.0.as_str()) {
-            names.push(&s.0);
-        }
-    }
-    names.into_iter().find_map(|idx| {
-        let parts: Vec<&IndexPart> = stats.iter().filter(|s| s.0 == idx).collect();
-        let usable = parts.iter().all(|s| s.1 == 0 && s.4.is_empty() && s.5.is_none());
-        usable.then(|| {
-            let name = if idx == "PRIMARY" { "PRIMARY KEY".to_string() } else { format!("UNIQUE KEY {idx}") };
-            (name, parts.iter().map(|s| s.2.clone()).collect())
-        })
-    })
+/// The PRIMARY KEY, else the first UNIQUE key of NOT NULL columns without prefix parts, of
+/// `unique` (from [`crate::binlog::server::unique_keys`]): keyset pagination needs whole,
+/// non-NULL values to order by.
+fn scan_key(unique: &[UniqueKey]) -> Option<(String, Vec<String>)> {
+    unique.iter().find(|k| !k.nullable && !k.prefix).map(|k| (k.name.clone(), k.columns.clone()))
 }
 
 /// `` `name` `` with backticks doubled.
@@ -322,9 +302,14 @@ pub fn quote(ident: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binlog::server::{unique_keys_of, IndexPart};
 
     fn stat(idx: &str, non_unique: u64, col: &str, seq: u64, nullable: &str, sub: Option<u64>) -> IndexPart {
         (idx.into(), non_unique, col.into(), seq, nullable.into(), sub)
+    }
+
+    fn scan_key(stats: &[IndexPart]) -> Option<(String, Vec<String>)> {
+        super::scan_key(&unique_keys_of(stats))
     }
 
     #[test]

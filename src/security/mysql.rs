@@ -6,11 +6,17 @@
 //!
 //! | `source.tls.mode` | mysql_async |
 //! |---|---|
-//! | unset, no files | TLS as the URL says (none unless it asks, e.g. `?require_ssl=true`) |
+//! | unset, no files | plaintext (`disabled`) |
 //! | `disabled` | no `SslOpts`: plaintext (a server with `require_secure_transport=ON`, or a user `REQUIRE SSL`, refuses it) |
 //! | `required` | TLS, the certificate is not checked (`danger_accept_invalid_certs`) |
 //! | `verify-ca` | TLS, chain checked against `ca_file`, name not (`danger_skip_domain_validation`) |
 //! | `verify-identity` (default with files) | chain and name checked: the URL's host, or `server_name` |
+//!
+//! TLS is set in `[source.tls]` only: mysql_async's own TLS parameters of the URL
+//! (`require_ssl`, `verify_ca`, `verify_identity`, `built_in_roots`) are refused
+//! ([`url_tls_param`]), naming the parameter and the `[source.tls]` setting that does it, so a
+//! URL never decides alone (and unseen by `binval check`'s report) whether the connection is
+//! encrypted.
 //!
 //! With `ca_file` set only that CA is trusted (the built-in Mozilla roots are off); without it,
 //! the built-in roots. A server without TLS is refused in every mode but `disabled` (mysql_async
@@ -33,12 +39,38 @@ use crate::error::{classify_mysql, DefiniteError, Error};
 /// Errors: a URL mysql_async cannot read (a config error naming `source.url`; the error shows
 /// the URL without its password).
 pub fn url_opts(url: &str) -> Result<Opts, Error> {
+    if let Some(reason) = url_tls_param(url) {
+        return Err(Error::config("source.url", reason));
+    }
     let opts = Opts::from_url(url).map_err(|e| Error::config("source.url", binval_security::redact_text(&e.to_string())))?;
     let asked = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|kv| kv.split('=').next() == Some("prefer_socket")));
     if asked {
         return Ok(opts);
     }
     Ok(OptsBuilder::from_opts(opts).prefer_socket(false).into())
+}
+
+/// mysql_async's TLS parameters of a URL (`?require_ssl=true`...), which binval refuses:
+/// `[source.tls]` is where the source's TLS is set (module docs).
+pub const URL_TLS_PARAMS: [&str; 4] = ["require_ssl", "verify_ca", "verify_identity", "built_in_roots"];
+
+/// Why `url` is refused, if it has one of [`URL_TLS_PARAMS`]: names the first such parameter
+/// and the `[source.tls]` mode that does what the URL's parameters ask.
+pub fn url_tls_param(url: &str) -> Option<String> {
+    let query = url.split_once('?')?.1.split('#').next().unwrap_or_default();
+    let params: Vec<(&str, &str)> = query.split('&').map(|kv| kv.split_once('=').unwrap_or((kv, ""))).collect();
+    let (name, value) = params.iter().find(|(k, _)| URL_TLS_PARAMS.contains(k))?;
+    let off = |k: &str| params.iter().any(|(n, v)| *n == k && v.eq_ignore_ascii_case("false"));
+    let on = params.iter().any(|(n, v)| *n == "require_ssl" && v.eq_ignore_ascii_case("true"));
+    let mode = match (on, off("verify_ca"), off("verify_identity")) {
+        (false, _, _) => "disabled",
+        (true, true, _) => "required",
+        (true, false, true) => "verify-ca",
+        (true, false, false) => "verify-identity",
+    };
+    Some(format!(
+        "has the TLS parameter `{name}={value}`; binval takes the source's TLS from [source.tls] only: remove the TLS parameters from the URL and set [source.tls] mode = \"{mode}\" (with ca_file for a private CA; built_in_roots=false is ca_file alone)"
+    ))
 }
 
 /// The connection options of the source: `source.url` ([`url_opts`]) with
