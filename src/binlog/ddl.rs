@@ -1,27 +1,59 @@
-//! DDL that matters to the cache. Column changes (ALTER TABLE ADD/DROP/MODIFY COLUMN) need
-//! nothing: every TABLE_MAP carries the table's current columns. Statements that remove or
-//! swap rows without row events would leave cached keys stale with no event to evict them:
+//! DDL that matters to the cache: statements that change rows without row events would leave
+//! cached keys stale with no event to evict them.
 //!
-//! * TRUNCATE, DROP TABLE, ALTER TABLE ... TRUNCATE/DROP/EXCHANGE PARTITION of a mapped table
-//!   invalidate every cached key of the table ([`TableDdl::invalidates`]): binval marks every
-//!   replica of the table's keys stale at the statement's position and publishes one `truncate`
-//!   event per key template (see `redis_sink::RedisConn::invalidate_template`).
+//! * TRUNCATE, DROP TABLE, CREATE OR REPLACE TABLE, ALTER TABLE ... TRUNCATE/DROP/EXCHANGE
+//!   PARTITION of a mapped table invalidate every cached key of the table
+//!   ([`TableDdl::invalidates`]): binval marks every replica of the table's keys stale at the
+//!   statement's position and publishes one `truncate` event per key template (see
+//!   `redis_sink::RedisConn::invalidate_template`).
+//! * Column changes (ALTER TABLE ... ADD/DROP/MODIFY/CHANGE/RENAME COLUMN, FIRST/AFTER, CONVERT
+//!   TO CHARACTER SET, with any ALGORITHM/LOCK): the database rewrites (or, with INSTANT,
+//!   reinterprets) every row of the table without row events, like a TRUNCATE: the TABLE_MAP of
+//!   the next row event carries the new columns, but every key *not* written after the ALTER
+//!   would keep the old payload (the dropped column still served, the new one missing). So an
+//!   ALTER of a mapped table is treated like TRUNCATE (same path, same event) unless every one
+//!   of its clauses is known to leave every row's payload as it was
+//!   ([`TableDdl::column_change`] names the first clause that is not): index and key changes
+//!   (ADD/DROP/RENAME/ALTER INDEX|KEY, ADD UNIQUE|FULLTEXT|SPATIAL|FOREIGN KEY, DROP PRIMARY
+//!   KEY|FOREIGN KEY; not ADD PRIMARY KEY, which makes its columns NOT NULL and, outside strict
+//!   mode, turns their NULLs into the type's zero value),
+//!   `ALTER [COLUMN] c SET DEFAULT | DROP DEFAULT` (a default applies to later inserts only;
+//!   MariaDB docs, "ALTER TABLE"), table options that do not touch values (COMMENT,
+//!   AUTO_INCREMENT, ROW_FORMAT, KEY_BLOCK_SIZE, STATS_*, PACK_KEYS, CHECKSUM, MAX_ROWS,
+//!   MIN_ROWS, AVG_ROW_LENGTH, DELAY_KEY_WRITE, PAGE_CHECKSUM, TRANSACTIONAL, the table's
+//!   default CHARACTER SET / COLLATE, which only new columns take), ENGINE=InnoDB|MyISAM|Aria,
+//!   ALGORITHM, LOCK, FORCE, ORDER BY, ENABLE/DISABLE KEYS, and partition maintenance that keeps
+//!   every row (ADD, ANALYZE, CHECK, OPTIMIZE, REPAIR, REBUILD, COALESCE, REORGANIZE PARTITION,
+//!   PARTITION BY, REMOVE PARTITIONING). Anything else is treated as a column change, on
+//!   purpose: ENGINE=BLACKHOLE empties the table, CONVERT PARTITION moves rows out, DISCARD or
+//!   IMPORT TABLESPACE swap the data, and adding or dropping a CHECK constraint (also `DROP
+//!   CONSTRAINT`, which may name one) can change which columns binval renders as MariaDB JSON
+//!   (a `json_valid` check, see `binlog::json_columns`). `ALTER IGNORE TABLE` always counts:
+//!   it deletes rows that would break a new unique key, without row events.
 //! * RENAME TABLE and ALTER TABLE ... RENAME, judged per statement
 //!   (`mapping::TableNames::rename_statement`, saved in the checkpoint): a mapped table whose
 //!   name is left empty is followed (its rule applies to the new name from then on); a mapped
 //!   name that gets another table (an online schema change cut-over, a swap) keeps its rule and
 //!   every key of it is marked stale; a mapped table moved onto the name of another mapping
 //!   stops the source with a definite error naming both mappings, the position and the
-//!   statement.
+//!   statement. An ALTER that renames and changes columns does both: the rename is followed,
+//!   then every key of the mapping (under its new name) is marked stale.
 
 /// A statement that affects whole tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableDdl {
-    /// `TRUNCATE`, `DROP TABLE`, `RENAME TABLE`, `ALTER TABLE ... RENAME`, or an
-    /// `ALTER TABLE ... TRUNCATE|DROP|EXCHANGE PARTITION`.
+    /// `TRUNCATE`, `DROP TABLE`, `CREATE OR REPLACE TABLE`, `RENAME TABLE`, `ALTER TABLE ...
+    /// RENAME`, an `ALTER TABLE ... TRUNCATE|DROP|EXCHANGE PARTITION`, or `ALTER TABLE` (a
+    /// column change, see [`TableDdl::column_change`]).
     pub kind: &'static str,
-    /// Tables named, as `schema.table` (the statement's default schema filled in).
+    /// Tables named, as `schema.table` (the statement's default schema filled in); for the
+    /// renames, (from, to) pairs.
     pub tables: Vec<String>,
+    /// For an ALTER TABLE that may have changed every row's payload (module docs): the first
+    /// clause that binval does not know to be harmless, as written (shortened to 80
+    /// characters), for the log line saying why the keys were marked stale. `None` for the
+    /// other statements.
+    pub column_change: Option<String>,
 }
 
 impl TableDdl {
@@ -33,7 +65,8 @@ impl TableDdl {
 }
 
 /// Recognise a table-level DDL statement. `default_schema` is the QUERY event's schema.
-/// Returns `None` for anything else (DML, CREATE, column-level ALTER, ...).
+/// Returns `None` for anything else (DML, CREATE, an ALTER TABLE known to leave every row's
+/// payload as it was, ...).
 pub fn classify(query: &str, default_schema: &str) -> Option<TableDdl> {
     let toks = tokenize(query);
     match kw(&toks, 0).as_str() {
@@ -44,12 +77,12 @@ pub fn classify(query: &str, default_schema: &str) -> Option<TableDdl> {
                 i += 3;
             }
             let (t, _) = name_at(&toks, i, default_schema)?;
-            Some(TableDdl { kind: "CREATE OR REPLACE TABLE", tables: vec![t] })
+            Some(TableDdl { kind: "CREATE OR REPLACE TABLE", tables: vec![t], column_change: None })
         }
         "TRUNCATE" => {
             let i = if kw(&toks, 1) == "TABLE" { 2 } else { 1 };
             let (t, _) = name_at(&toks, i, default_schema)?;
-            Some(TableDdl { kind: "TRUNCATE", tables: vec![t] })
+            Some(TableDdl { kind: "TRUNCATE", tables: vec![t], column_change: None })
         }
         "DROP" => drop_table(&toks, default_schema),
         "RENAME" if kw(&toks, 1) == "TABLE" => rename_table(&toks, default_schema),
@@ -81,15 +114,10 @@ pub fn tables_named(query: &str, default_schema: &str) -> Vec<String> {
                 i += 3;
             }
         }
-        "ALTER" => {
-            if kw(&toks, i) == "ONLINE" || kw(&toks, i) == "IGNORE" {
-                i += 1;
-            }
-            if kw(&toks, i) != "TABLE" {
-                return Vec::new();
-            }
-            i += 1;
-        }
+        "ALTER" => match alter_head(&toks) {
+            Some((at, _)) => i = at,
+            None => return Vec::new(),
+        },
         _ => return Vec::new(),
     }
     name_at(&toks, i, default_schema).map(|(t, _)| vec![t]).unwrap_or_default()
@@ -122,7 +150,7 @@ fn drop_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
             break;
         }
     }
-    (!tables.is_empty()).then_some(TableDdl { kind: "DROP TABLE", tables })
+    (!tables.is_empty()).then_some(TableDdl { kind: "DROP TABLE", tables, column_change: None })
 }
 
 /// `RENAME TABLE a TO b[, c TO d...]`: the tables in (from, to) pairs.
@@ -142,20 +170,53 @@ fn rename_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
             break;
         }
     }
-    (!tables.is_empty()).then_some(TableDdl { kind: "RENAME TABLE", tables })
+    (!tables.is_empty()).then_some(TableDdl { kind: "RENAME TABLE", tables, column_change: None })
 }
 
-/// `ALTER [ONLINE|IGNORE] TABLE t ...` with a RENAME or a partition operation that removes or
-/// swaps rows.
-fn alter_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
+/// `ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS]`: the index of the table name, and whether
+/// IGNORE was given (MariaDB docs, "ALTER TABLE"). `None` when not an ALTER TABLE.
+fn alter_head(toks: &[String]) -> Option<(usize, bool)> {
     let mut i = 1;
-    if kw(toks, i) == "ONLINE" || kw(toks, i) == "IGNORE" {
-        i += 1;
+    let mut ignore = false;
+    loop {
+        match kw(toks, i).as_str() {
+            "ONLINE" => i += 1,
+            "IGNORE" => {
+                ignore = true;
+                i += 1;
+            }
+            _ => break,
+        }
     }
     if kw(toks, i) != "TABLE" {
         return None;
     }
-    let (t, next) = name_at(toks, i + 1, default_schema)?;
+    i += 1;
+    if kw(toks, i) == "IF" && kw(toks, i + 1) == "EXISTS" {
+        i += 2;
+    }
+    Some((i, ignore))
+}
+
+/// `ALTER [ONLINE] [IGNORE] TABLE [IF EXISTS] t [WAIT n | NOWAIT] ...` with a RENAME, a
+/// partition operation that removes or swaps rows, or a clause that may change every row's
+/// payload (module docs).
+fn alter_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
+    let (i, ignore) = alter_head(toks)?;
+    let (t, mut next) = name_at(toks, i, default_schema)?;
+    match kw(toks, next).as_str() {
+        "WAIT" => next += 2,
+        "NOWAIT" => next += 1,
+        _ => {}
+    }
+    let rest = toks.get(next..).unwrap_or_default();
+    // A partition operation is the statement's only clause, and lists partitions with commas.
+    let partition_op = kw(rest, 1) == "PARTITION" && kw(rest, 0) != "DROP";
+    let clauses: Vec<&[String]> = if partition_op { vec![rest] } else { split_clauses(rest) };
+    let mut column_change = clauses.iter().find(|c| !harmless_clause(c)).map(|c| clause_text(c));
+    if ignore && column_change.is_none() && !clauses.is_empty() {
+        column_change = Some("IGNORE (deletes the rows a new unique key would refuse, without row events)".to_string());
+    }
     // RENAME anywhere at clause level (not RENAME COLUMN / RENAME INDEX / RENAME KEY);
     // partition operations that remove or swap rows without row events.
     for j in next..toks.len() {
@@ -171,11 +232,161 @@ fn alter_table(toks: &[String], default_schema: &str) -> Option<TableDdl> {
                 if let Some((to, _)) = name_at(toks, k, default_schema) {
                     tables.push(to);
                 }
-                return Some(TableDdl { kind: "ALTER TABLE ... RENAME", tables });
+                return Some(TableDdl { kind: "ALTER TABLE ... RENAME", tables, column_change });
             }
         }
     }
-    None
+    let mut tables = vec![t];
+    // MariaDB 10.7: CONVERT TABLE x TO PARTITION p moves x's rows in (x is gone), CONVERT
+    // PARTITION p TO TABLE x moves them out (to a new x): both tables' keys are stale.
+    if kw(rest, 0) == "CONVERT" && matches!(kw(rest, 1).as_str(), "TABLE" | "PARTITION") {
+        if let Some(at) = (1..rest.len()).find(|&x| rest[x].eq_ignore_ascii_case("TABLE")) {
+            if let Some((other, _)) = name_at(rest, at + 1, default_schema) {
+                tables.push(other);
+            }
+        }
+    }
+    column_change.map(|c| TableDdl { kind: "ALTER TABLE", tables, column_change: Some(c) })
+}
+
+/// The clauses of an ALTER TABLE after the table name: split at the commas outside
+/// parentheses (empty clauses dropped).
+fn split_clauses(toks: &[String]) -> Vec<&[String]> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (j, t) in toks.iter().enumerate() {
+        match t.as_str() {
+            "(" => depth += 1,
+            ")" => depth = depth.saturating_sub(1),
+            "," | ";" if depth == 0 => {
+                out.push(&toks[start..j]);
+                start = j + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&toks[start..]);
+    out.retain(|c| !c.is_empty());
+    out
+}
+
+/// One ALTER TABLE clause as written (identifiers in backquotes, strings in quotes), cut at 80
+/// characters.
+fn clause_text(c: &[String]) -> String {
+    let words: Vec<String> = c
+        .iter()
+        .map(|t| {
+            if let Some(id) = t.strip_prefix('`') {
+                format!("`{id}`")
+            } else if let Some(s) = t.strip_prefix('\'') {
+                format!("'{s}'")
+            } else {
+                t.clone()
+            }
+        })
+        .collect();
+    let text = words.join(" ");
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Whether an ALTER TABLE clause is known to leave every row's payload as it was (module
+/// docs); anything not recognised is not.
+fn harmless_clause(c: &[String]) -> bool {
+    let (w0, w1) = (kw(c, 0), kw(c, 1));
+    match w0.as_str() {
+        "ADD" => match w1.as_str() {
+            "INDEX" | "KEY" | "UNIQUE" | "FULLTEXT" | "SPATIAL" | "FOREIGN" | "PARTITION" => true,
+            // ADD CONSTRAINT [IF NOT EXISTS] [name] UNIQUE|FOREIGN KEY|PRIMARY KEY|CHECK: a
+            // CHECK may be a `json_valid` one, which changes how binval renders the column.
+            "CONSTRAINT" => !c.iter().any(|t| t.eq_ignore_ascii_case("CHECK") || t.eq_ignore_ascii_case("PRIMARY")),
+            // ADD PRIMARY KEY (NULLs become zero values outside strict mode), ADD [COLUMN]
+            // [IF NOT EXISTS] c ..., ADD (c ..., d ...), ADD CHECK, ADD PERIOD, ADD SYSTEM
+            // VERSIONING.
+            _ => false,
+        },
+        // DROP CONSTRAINT / DROP CHECK may drop a `json_valid` check; DROP [COLUMN] c,
+        // DROP SYSTEM VERSIONING, DROP PERIOD change rows.
+        "DROP" => matches!(w1.as_str(), "INDEX" | "KEY" | "PRIMARY" | "FOREIGN"),
+        "ALTER" => {
+            if matches!(w1.as_str(), "INDEX" | "KEY") {
+                return true;
+            }
+            // ALTER [COLUMN] c SET DEFAULT ... | DROP DEFAULT: later inserts only.
+            let j = if w1 == "COLUMN" { 3 } else { 2 };
+            matches!((kw(c, j).as_str(), kw(c, j + 1).as_str()), ("SET", "DEFAULT") | ("DROP", "DEFAULT"))
+        }
+        // RENAME INDEX|KEY; RENAME [TO|AS] t is the table rename, followed separately;
+        // RENAME COLUMN changes the payload's field name.
+        "RENAME" => w1 != "COLUMN",
+        "FORCE" => c.len() == 1,
+        "ENABLE" | "DISABLE" => w1 == "KEYS" && c.len() == 2,
+        "ORDER" => w1 == "BY",
+        "ANALYZE" | "CHECK" | "OPTIMIZE" | "REPAIR" | "REBUILD" | "COALESCE" | "REORGANIZE" => w1 == "PARTITION",
+        "REMOVE" => w1 == "PARTITIONING" && c.len() == 2,
+        "PARTITION" => w1 == "BY",
+        _ => harmless_options(c),
+    }
+}
+
+/// Table options (`name [=] value`, space separated) that leave every row's values as they
+/// are, with ALGORITHM and LOCK; a trailing `PARTITION BY ...` too.
+fn harmless_options(c: &[String]) -> bool {
+    let mut j = 0;
+    while j < c.len() {
+        let mut w = kw(c, j);
+        if w == "PARTITION" && kw(c, j + 1) == "BY" {
+            return true;
+        }
+        if w == "DEFAULT" {
+            j += 1;
+            w = kw(c, j);
+        }
+        if w == "CHARACTER" && kw(c, j + 1) == "SET" {
+            j += 1;
+            w = "CHARSET".into();
+        }
+        let known = matches!(
+            w.as_str(),
+            "ALGORITHM"
+                | "LOCK"
+                | "COMMENT"
+                | "AUTO_INCREMENT"
+                | "ROW_FORMAT"
+                | "KEY_BLOCK_SIZE"
+                | "STATS_PERSISTENT"
+                | "STATS_AUTO_RECALC"
+                | "STATS_SAMPLE_PAGES"
+                | "PACK_KEYS"
+                | "CHECKSUM"
+                | "TABLE_CHECKSUM"
+                | "DELAY_KEY_WRITE"
+                | "MAX_ROWS"
+                | "MIN_ROWS"
+                | "AVG_ROW_LENGTH"
+                | "PAGE_CHECKSUM"
+                | "TRANSACTIONAL"
+                | "CHARSET"
+                | "COLLATE"
+                | "ENGINE"
+        );
+        if !known {
+            return false;
+        }
+        j += 1;
+        if c.get(j).map(String::as_str) == Some("=") {
+            j += 1;
+        }
+        let Some(value) = c.get(j) else { return false };
+        // Engines that keep every row (BLACKHOLE keeps none, CONNECT or FEDERATED others').
+        if w == "ENGINE" && !["INNODB", "MYISAM", "ARIA"].contains(&value.to_ascii_uppercase().as_str()) {
+            return false;
+        }
+        j += 1;
+    }
+    true
 }
 
 /// `ALTER TABLE t TRUNCATE|DROP|EXCHANGE PARTITION ...` with `w` (upper case) at token `j`;
@@ -195,11 +406,12 @@ fn partition_ddl(toks: &[String], j: usize, w: &str, t: String, default_schema: 
             }
         }
     }
-    TableDdl { kind, tables }
+    TableDdl { kind, tables, column_change: None }
 }
 
-/// Split into identifiers (backquotes removed), `.` and `,` tokens; comments and strings
-/// are not expected in the statements recognised here.
+/// Split into words, identifiers (`` `name``: a backquote, then the name unquoted), strings
+/// (`'text`: a quote, then the text unescaped; `"` strings alike) and `.` `,` `;` `(` `)` `=`
+/// tokens; comments are dropped, the text of executable comments kept.
 fn tokenize(q: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
@@ -286,7 +498,28 @@ fn tokenize(q: &str) -> Vec<String> {
                 }
                 out.push(format!("`{id}"));
             }
-            '.' | ',' | ';' | '(' | ')' => {
+            '\'' | '"' => {
+                flush(&mut cur, &mut out);
+                let mut text = String::new();
+                while let Some(d) = chars.next() {
+                    if d == '\\' {
+                        if let Some(e) = chars.next() {
+                            text.push(e);
+                        }
+                    } else if d == c {
+                        if chars.peek() == Some(&c) {
+                            chars.next();
+                            text.push(c);
+                        } else {
+                            break;
+                        }
+                    } else {
+                        text.push(d);
+                    }
+                }
+                out.push(format!("'{text}"));
+            }
+            '.' | ',' | ';' | '(' | ')' | '=' => {
                 flush(&mut cur, &mut out);
                 out.push(c.to_string());
             }
@@ -376,10 +609,131 @@ mod tests {
         assert!(n("INSERT INTO t VALUES (1)").is_empty());
     }
 
+    /// The clause an ALTER is judged by: `Some(clause)` when it may change every row's payload.
+    fn change(q: &str) -> Option<String> {
+        let d = classify(q, "shop")?;
+        assert!(d.kind.starts_with("ALTER TABLE"), "{q}: {d:?}");
+        d.column_change
+    }
+
+    #[test]
+    fn column_changes_invalidate_the_table() {
+        let items = || vec!["shop.items".to_string()];
+        let d = classify("ALTER TABLE items ADD COLUMN x INT", "shop").unwrap();
+        assert_eq!((d.kind, d.tables.clone(), d.column_change.as_deref()), ("ALTER TABLE", items(), Some("ADD COLUMN x INT")));
+        assert!(d.invalidates());
+        for (q, clause) in [
+            ("ALTER TABLE items ADD x INT", "ADD x INT"),
+            ("ALTER TABLE items ADD COLUMN pos INT NOT NULL DEFAULT 5 FIRST", "ADD COLUMN pos INT NOT NULL DEFAULT 5 FIRST"),
+            ("ALTER TABLE items ADD COLUMN IF NOT EXISTS a INT AFTER id", "ADD COLUMN IF NOT EXISTS a INT AFTER id"),
+            ("ALTER TABLE items ADD (a INT, b TEXT)", "ADD ( a INT , b TEXT )"),
+            ("ALTER TABLE items DROP COLUMN price", "DROP COLUMN price"),
+            ("ALTER TABLE items DROP price", "DROP price"),
+            ("ALTER TABLE items DROP COLUMN IF EXISTS price", "DROP COLUMN IF EXISTS price"),
+            ("ALTER TABLE items MODIFY price DECIMAL(12,4)", "MODIFY price DECIMAL ( 12 , 4 )"),
+            ("ALTER TABLE items MODIFY COLUMN title VARCHAR(50) AFTER price", "MODIFY COLUMN title VARCHAR ( 50 ) AFTER price"),
+            ("ALTER TABLE items CHANGE price cost DECIMAL(8,2)", "CHANGE price cost DECIMAL ( 8 , 2 )"),
+            ("ALTER TABLE items CHANGE COLUMN IF EXISTS `price` `cost` INT", "CHANGE COLUMN IF EXISTS `price` `cost` INT"),
+            ("ALTER TABLE items RENAME COLUMN a TO b", "RENAME COLUMN a TO b"),
+            ("ALTER TABLE items CONVERT TO CHARACTER SET utf8mb4", "CONVERT TO CHARACTER SET utf8mb4"),
+            ("ALTER TABLE items ALTER COLUMN a SET INVISIBLE", "ALTER COLUMN a SET INVISIBLE"),
+            ("ALTER TABLE items ENGINE = BLACKHOLE", "ENGINE = BLACKHOLE"),
+            ("ALTER TABLE items DISCARD TABLESPACE", "DISCARD TABLESPACE"),
+            ("ALTER TABLE items CONVERT PARTITION p0 TO TABLE p0_old", "CONVERT PARTITION p0 TO TABLE p0_old"),
+            ("ALTER TABLE items ADD CONSTRAINT j CHECK (json_valid(j))", "ADD CONSTRAINT j CHECK ( json_valid ( j ) )"),
+            ("ALTER TABLE items DROP CONSTRAINT j", "DROP CONSTRAINT j"),
+            ("ALTER TABLE items ADD PRIMARY KEY (id)", "ADD PRIMARY KEY ( id )"),
+            ("ALTER TABLE items ADD SYSTEM VERSIONING", "ADD SYSTEM VERSIONING"),
+            ("ALTER TABLE items SOMETHING NEW", "SOMETHING NEW"),
+        ] {
+            assert_eq!(change(q).as_deref(), Some(clause), "{q}");
+        }
+        // With ALGORITHM / LOCK, several clauses (the first one that matters is named), the
+        // MariaDB prefixes, IF EXISTS, WAIT/NOWAIT, qualified names and comments.
+        for (q, clause) in [
+            ("ALTER TABLE items ADD COLUMN x INT, ALGORITHM=INSTANT", "ADD COLUMN x INT"),
+            ("ALTER TABLE items ALGORITHM=INPLACE, LOCK=NONE, DROP COLUMN price", "DROP COLUMN price"),
+            ("ALTER TABLE items ADD INDEX (a), MODIFY a BIGINT, ALGORITHM = COPY", "MODIFY a BIGINT"),
+            ("ALTER ONLINE TABLE items ADD COLUMN x INT", "ADD COLUMN x INT"),
+            ("ALTER TABLE IF EXISTS items DROP COLUMN a", "DROP COLUMN a"),
+            ("ALTER TABLE items WAIT 5 DROP COLUMN a", "DROP COLUMN a"),
+            ("ALTER TABLE items NOWAIT ADD b INT", "ADD b INT"),
+            ("/* gh-ost */ alter table `shop`.`items` add column `c` int comment 'a, b' first", "add column `c` int comment 'a, b' first"),
+        ] {
+            assert_eq!(change(q).as_deref(), Some(clause), "{q}");
+        }
+        assert_eq!(classify("ALTER TABLE x.items DROP c", "shop").unwrap().tables, vec!["x.items".to_string()]);
+        for q in [
+            "ALTER TABLE tp CONVERT PARTITION p0 TO TABLE x.old",
+            "ALTER TABLE tp CONVERT TABLE x.old TO PARTITION p0 VALUES LESS THAN (5)",
+        ] {
+            assert_eq!(classify(q, "shop").unwrap().tables, vec!["shop.tp".to_string(), "x.old".to_string()], "{q}");
+        }
+        // ALTER IGNORE deletes rows a new unique key refuses.
+        assert!(change("ALTER IGNORE TABLE items ADD UNIQUE (title)").unwrap().starts_with("IGNORE"));
+        assert!(change("ALTER ONLINE IGNORE TABLE items ADD INDEX (title)").unwrap().starts_with("IGNORE"));
+        // Renames and changes columns: both.
+        let d = classify("ALTER TABLE items ADD COLUMN x INT, RENAME TO goods", "shop").unwrap();
+        assert_eq!(
+            (d.kind, d.tables, d.column_change.as_deref()),
+            ("ALTER TABLE ... RENAME", vec!["shop.items".into(), "shop.goods".into()], Some("ADD COLUMN x INT"))
+        );
+        assert!(classify("ALTER TABLE items RENAME TO goods", "shop").unwrap().column_change.is_none());
+        assert!(classify("ALTER TABLE items RENAME goods, ADD INDEX (a)", "shop").unwrap().column_change.is_none());
+    }
+
+    #[test]
+    fn alters_known_to_keep_every_payload_are_not_table_ddl() {
+        for q in [
+            "ALTER TABLE items ADD INDEX i (a)",
+            "ALTER TABLE items ADD INDEX IF NOT EXISTS i (a), ALGORITHM=INPLACE, LOCK=NONE",
+            "ALTER TABLE items ADD KEY (a, b(10)), ADD UNIQUE KEY u (c), ADD FULLTEXT (t), ADD SPATIAL INDEX (g)",
+            "ALTER TABLE items DROP INDEX i, DROP KEY k, DROP PRIMARY KEY, DROP FOREIGN KEY fk",
+            "ALTER TABLE items DROP INDEX IF EXISTS i",
+            "ALTER TABLE items RENAME INDEX a TO b, RENAME KEY c TO d",
+            "ALTER TABLE items ALTER INDEX i IGNORED",
+            "ALTER TABLE items ADD CONSTRAINT fk FOREIGN KEY (o) REFERENCES orders (id) ON DELETE CASCADE",
+            "ALTER TABLE items ADD FOREIGN KEY (o) REFERENCES orders (id)",
+            "ALTER TABLE items ADD CONSTRAINT u UNIQUE (title)",
+            "ALTER TABLE items ALTER COLUMN price SET DEFAULT 5",
+            "ALTER TABLE items ALTER price DROP DEFAULT",
+            "ALTER TABLE items COMMENT = 'rename to x, drop column y'",
+            "ALTER TABLE items COMMENT 'x' AUTO_INCREMENT=100 ROW_FORMAT=DYNAMIC",
+            "ALTER TABLE items DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+            "ALTER TABLE items CHARSET = latin1",
+            "ALTER TABLE items ENGINE=InnoDB",
+            "ALTER TABLE items ENGINE = Aria, ALGORITHM = COPY",
+            "ALTER TABLE items FORCE",
+            "ALTER TABLE items ORDER BY title",
+            "ALTER TABLE items DISABLE KEYS",
+            "ALTER TABLE items STATS_PERSISTENT=1 KEY_BLOCK_SIZE=8 PACK_KEYS=0 CHECKSUM=1",
+            "ALTER TABLE tp ADD PARTITION (PARTITION p9 VALUES LESS THAN (100))",
+            "ALTER TABLE tp ANALYZE PARTITION p0, p1",
+            "ALTER TABLE tp CHECK PARTITION ALL",
+            "ALTER TABLE tp REBUILD PARTITION p0",
+            "ALTER TABLE tp REORGANIZE PARTITION p0 INTO (PARTITION a VALUES LESS THAN (5), PARTITION b VALUES LESS THAN (10))",
+            "ALTER TABLE tp COALESCE PARTITION 2",
+            "ALTER TABLE tp REMOVE PARTITIONING",
+            "ALTER TABLE tp PARTITION BY HASH (id) PARTITIONS 4",
+            "ALTER TABLE tp ENGINE=InnoDB PARTITION BY KEY (id)",
+            "ALTER TABLE items WAIT 2 ADD INDEX (a)",
+            "ALTER TABLE items",
+            "ALTER TABLE items WAIT",
+        ] {
+            assert_eq!(classify(q, "shop"), None, "{q}");
+        }
+        assert_eq!(tables_named("ALTER TABLE IF EXISTS items ADD INDEX (a)", "shop"), vec!["shop.items".to_string()]);
+    }
+
+    #[test]
+    fn strings_and_comments_do_not_split_clauses() {
+        assert_eq!(tokenize("COMMENT='a, ''b'' it\\'s -- c'"), vec!["COMMENT", "=", "'a, 'b' it's -- c"]);
+        assert_eq!(tokenize(r#"x "q,r" y"#), vec!["x", "'q,r", "y"]);
+        assert_eq!(change("ALTER TABLE items COMMENT 'x', -- the reason\n DROP COLUMN a").as_deref(), Some("DROP COLUMN a"));
+    }
+
     #[test]
     fn ignores_the_rest() {
-        assert_eq!(t("ALTER TABLE items ADD COLUMN x INT"), None);
-        assert_eq!(t("ALTER TABLE items RENAME COLUMN a TO b"), None);
         assert_eq!(t("DROP TEMPORARY TABLE t"), None);
         assert_eq!(t("CREATE TABLE items (id INT)"), None);
         assert_eq!(t("BEGIN"), None);

@@ -463,7 +463,9 @@ fn on_query(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, q: &QueryEvent
 }
 
 /// A statement outside the transaction boundaries: table DDL on mapped tables invalidates
-/// their keys (TRUNCATE, DROP...) or moves their rules (RENAME).
+/// their keys (TRUNCATE, DROP, column changes...) or moves their rules (RENAME), or both (an
+/// ALTER that renames and changes columns: the rename first, then the keys of the mapping
+/// under its new name).
 fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, schema: &str) -> Result<Option<Transaction>, Error> {
     let mut invalidate_tables = Vec::new();
     let mut renamed = false;
@@ -479,6 +481,22 @@ fn on_statement(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, t: &str, s
             let before = ctx.state.names.clone();
             invalidate_tables = follow_renames(ctx, placed, &ddl, t)?;
             renamed = ctx.state.names != before;
+        }
+        if let Some(clause) = &ddl.column_change {
+            // The altered table is the first named; after a rename it is the last.
+            let now = ddl.tables.last().expect("an ALTER names its table");
+            if let Some(configured) = ctx.state.names.resolve(ctx.mapper, now) {
+                tracing::info!(
+                    mapping = %configured,
+                    table = %now,
+                    clause = %clause,
+                    position = %ctx.at(placed),
+                    "ALTER TABLE of a mapped table may have changed every row's payload without row events (a column change, or a clause binval cannot prove harmless): every key of the mapping is marked stale, as for TRUNCATE"
+                );
+                if !invalidate_tables.contains(&configured) {
+                    invalidate_tables.push(configured);
+                }
+            }
         }
     }
     let end = ctx.end(placed);

@@ -10,8 +10,13 @@
 //! | a token older than a replica's position (moved back; I1 says the token moves last) | `version` | `version` |
 //! | a replica missing | `missing` (unless the mapping has a TTL: replicas expire) | fine (readers go to their loader) |
 //! | a replica that is a tombstone | `stale` (readers answer "no row") | `stale` |
-//! | a replica without payload (marked stale) | `missing` | fine |
+//! | a replica without payload (marked stale) | fine: not cached ([`not_cached`]) | fine |
 //! | a replica whose payload differs from the row's | `stale` | `stale` (invalidate mode stores none) |
+//!
+//! A replica marked stale is what TRUNCATE, a RENAME cut-over and a column-changing ALTER
+//! TABLE leave on every key of the table (`binlog::ddl`): it serves no payload, so readers go
+//! to their loader, which reads the row; it is not a mismatch, only a key not cached (counted
+//! as `not_cached` by `binval verify`).
 //!
 //! No row maps to the key (it was deleted, or its key columns changed): a replica holding a
 //! payload is `extra` (readers serve a row that does not exist). Tombstones, markers and the
@@ -115,9 +120,8 @@ pub fn compare(expected: &Expected<'_>, state: &KeyState) -> Vec<Finding> {
                 }
                 _ => out.push(finding(Kind::Stale, i, "holds a payload, but the mapping is in invalidate mode")),
             }
-        } else if write_through {
-            out.push(finding(Kind::Missing, i, "no payload (marked stale)"));
         }
+        // Else a replica marked stale: not cached (module docs).
     }
     if let Some(v) = state.version {
         if let Some((i, p)) = state.replicas.iter().enumerate().filter_map(|(i, r)| r.position.map(|p| (i, p))).max_by_key(|(_, p)| *p) {
@@ -127,6 +131,14 @@ pub fn compare(expected: &Expected<'_>, state: &KeyState) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// Whether a row maps to the key and every replica of it that exists is marked stale (no
+/// payload, not a tombstone), at least one: a key readers load from the database, counted as
+/// not cached rather than as a mismatch (module docs).
+pub fn not_cached(expected: &Expected<'_>, state: &KeyState) -> bool {
+    let mut present = state.replicas.iter().filter(|r| r.exists).peekable();
+    expected.row && present.peek().is_some() && present.all(|r| r.payload.is_none() && !r.tombstone)
 }
 
 /// Top-level fields of two JSON objects whose values differ (sorted); `["(not a JSON object)"]`
@@ -182,10 +194,24 @@ mod tests {
         let f = compare(&ROW, &state(None, vec![replica(Some(ok), 5, false)]));
         assert_eq!(kinds(&f), vec![(Kind::Missing, None)]);
         let f = compare(&ROW, &state(Some(5), vec![replica(None, 5, true)]));
+        assert!(!not_cached(&ROW, &state(Some(5), vec![replica(None, 5, true)])), "a tombstone is not a stale mark");
         assert_eq!(kinds(&f), vec![(Kind::Stale, Some(0))], "tombstone for a live row");
         let mut bad = state(Some(5), vec![replica(Some(ok), 5, false)]);
         bad.version_invalid = Some("version token is not a decimal integer: \"x\"".into());
         assert_eq!(kinds(&compare(&ROW, &bad)), vec![(Kind::Version, None)]);
+    }
+
+    #[test]
+    fn a_replica_marked_stale_is_not_cached_not_a_mismatch() {
+        // What TRUNCATE or a column-changing ALTER leaves on a key whose row exists.
+        let marked = state(Some(7), vec![replica(None, 7, false), replica(None, 7, false)]);
+        assert!(compare(&ROW, &marked).is_empty());
+        assert!(not_cached(&ROW, &marked));
+        let ok = r#"{"id":1,"v":2}"#;
+        let written = state(Some(8), vec![replica(Some(ok), 8, false), replica(Some(ok), 8, false)]);
+        assert!(!not_cached(&ROW, &written));
+        assert!(!not_cached(&Expected { row: false, ..ROW }, &marked), "no row: nothing to cache");
+        assert!(!not_cached(&ROW, &state(None, vec![ReplicaState::default()])), "never written: missing, not marked");
     }
 
     #[test]

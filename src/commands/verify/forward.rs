@@ -7,7 +7,7 @@ use std::time::Instant;
 use binval_protocol::KeyTemplate;
 use mysql_async::Value;
 
-use super::compare::{compare, Expected};
+use super::compare::{compare, not_cached, Expected};
 use super::{Ctx, Lookup, Suspect};
 use crate::error::Error;
 use crate::mapping::KeyChange;
@@ -97,8 +97,10 @@ pub async fn judge(ctx: &mut Ctx<'_>, t: usize, checks: Vec<Check>, snap: &Snaps
         if let Some(set) = &mut ctx.expected_keys {
             set.insert(super::key_hash(&c.change.key));
         }
-        let findings = compare(&ctx.expected(t, &c), &state);
+        let expected = ctx.expected(t, &c);
+        let findings = compare(&expected, &state);
         if findings.is_empty() {
+            ctx.summary.not_cached += u64::from(not_cached(&expected, &state));
             continue;
         }
         if ctx.suspects.len() >= super::MAX_SUSPECTS {

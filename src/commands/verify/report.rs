@@ -54,6 +54,10 @@ pub struct VerifySummary {
     pub extra: u64,
     /// Version tokens older than a replica (or not a number).
     pub version: u64,
+    /// Keys whose row exists and whose replicas are all marked stale (no payload: left by
+    /// TRUNCATE, a RENAME cut-over or a column-changing ALTER TABLE until the row is written
+    /// again): readers load the row from the database. Not mismatches.
+    pub not_cached: u64,
     /// Keys that differed at first and again after the recheck delay, but with a newer change
     /// in between (row or Redis moved, or `binval run` had not reached the snapshot): lag, not
     /// counted as mismatches.
