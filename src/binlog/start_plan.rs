@@ -11,9 +11,11 @@
 //! Auto-Positioning"). So, with a checkpoint:
 //!
 //! 1. **Its `file:pos` still names the same place here**: resume there (exact, and what a
-//!    restart on the same primary does). On MariaDB this is checked, not assumed: the server's
-//!    `BINLOG_GTID_POS(file, pos)` must equal the checkpoint's GTID position in every domain
-//!    it holds. On MySQL, the checkpoint's `server_uuid` must be this server's.
+//!    restart on the same primary does). The checkpoint names the server it was read from
+//!    (`server_id`, MySQL `server_uuid`): the same server, and the file still there, is the
+//!    fast path. For another or an unknown server (a checkpoint of an older binval) MariaDB is
+//!    asked, not assumed: its `BINLOG_GTID_POS(file, pos)` must equal the checkpoint's GTID
+//!    position in every domain it holds. On MySQL another `server_uuid` never holds.
 //! 2. **Otherwise, by GTID** (the server is another one, or the file was purged): MariaDB reads
 //!    after the checkpoint's GTID position (`@slave_connect_state`), MySQL sends the
 //!    checkpoint's GTID set (`COM_BINLOG_DUMP_GTID`) and gets every transaction not in it. A
@@ -141,6 +143,10 @@ async fn from_checkpoint(
     let has_file = logs.contains(&c.file);
     let holds: Result<(), String> = if !has_file {
         Err(format!("this server has no binlog file {} (its binary logs: {})", c.file, logs.join(", ")))
+    } else if same_server == Some(true) {
+        // The server that wrote the position: the fast path of every restart and takeover
+        // (BINLOG_GTID_POS reads the file up to the position, up to max_binlog_size).
+        Ok(())
     } else if let (true, Some(want)) = (info.mariadb, gtids.mariadb()) {
         match server::mariadb_gtid_at(conn, &gtid_place).await? {
             Some(here) if want.iter().all(|g| here.get(g.domain) == Some(g)) => Ok(()),

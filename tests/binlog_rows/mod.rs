@@ -102,8 +102,15 @@ impl Live {
             .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
             .with_test_writer()
             .try_init();
-        let mappings: Vec<binval::config::MappingConfig> =
-            tables.iter().map(|t| serde_json::from_value(json!({"table": t, "keys": ["k:{id}"]})).unwrap()).collect();
+        // The rows as read, whatever the tables' keys: accepted as non-unique (the reader judges
+        // key templates after DDL; nothing is written here).
+        let mappings: Vec<binval::config::MappingConfig> = tables
+            .iter()
+            .map(|t| {
+                serde_json::from_value(json!({"table": t, "keys": ["k:{id}"], "mode": "invalidate", "allow_non_unique_keys": true}))
+                    .unwrap()
+            })
+            .collect();
         let mapper = Arc::new(binval::mapping::Mapper::new(&mappings).unwrap());
         let n = SERVER_IDS.fetch_add(1, Ordering::Relaxed);
         let cfg: binval::config::SourceConfig = serde_json::from_value(json!({
