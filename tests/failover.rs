@@ -192,11 +192,15 @@ async fn failover_resumes_by_gtid_and_loses_nothing() {
     pair.b.stop();
 }
 
-/// binval runs while the primary fails: `source.url` points at a name (here a TCP forwarder)
-/// that moves to the promoted replica. The reader notices the other server on reconnect, the
-/// tenure restarts and resumes by GTID: nothing A wrote before it died is lost.
+/// binval runs while the primary fails, under a steady writer: `source.url` and the writer's
+/// URL point at one name (here a TCP forwarder) that moves to the promoted replica. The reader
+/// notices the other server on reconnect, the tenure restarts and resumes by GTID: nothing A
+/// wrote before it died is lost, and what the writer commits on B after the move arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_under_a_running_binval_behind_one_address() {
+    use mysql_async::prelude::Queryable;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
     let pair = Pair::new("failover_live");
     let fwd = tk::forward::Forwarder::start(pair.a.port).unwrap();
     let mut r = RedisClient::Standalone(redis::Client::open(tk::redis().url()).unwrap().get_connection().unwrap());
@@ -205,17 +209,59 @@ async fn failover_under_a_running_binval_behind_one_address() {
     pair.wait_pinned(&mut r).await;
     let values: Vec<String> = (1..=8).map(|i| format!("({i}, {}, 'item {i}')", i * 10)).collect();
     pair.a.sql(&format!("INSERT INTO shop.items VALUES {}", values.join(", "))).unwrap();
-    for round in 0..20 {
-        pair.a.sql(&format!("UPDATE shop.items SET price = price + 1 WHERE id = {}", 1 + round % 8)).unwrap();
-    }
+    // The writer: single-row UPDATEs through the moving address, as fast as one connection
+    // goes; paused while the replica catches up and is promoted (the failover's write pause).
+    let (pause, stop, commits) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let writer = {
+        let (pause, stop, commits) = (pause.clone(), stop.clone(), commits.clone());
+        let url = format!("mysql://root@127.0.0.1:{}/shop", fwd.port);
+        tokio::spawn(async move {
+            let mut conn: Option<mysql_async::Conn> = None;
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                if pause.load(Relaxed) {
+                    conn = None;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                let c = match &mut conn {
+                    Some(c) => c,
+                    None => match mysql_async::Conn::from_url(url.as_str()).await {
+                        Ok(c) => conn.insert(c),
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
+                };
+                n += 1;
+                match c.query_drop(format!("UPDATE items SET price = price + 1 WHERE id = {}", 1 + n % 8)).await {
+                    Ok(()) => {
+                        commits.fetch_add(1, Relaxed);
+                    }
+                    Err(_) => conn = None,
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pause.store(true, Relaxed);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = commits.load(Relaxed);
     pair.b.wait_caught_up(&pair.a).unwrap();
     pair.a.stop();
     pair.b.promote().unwrap();
     fwd.point_to(pair.b.port);
-    pair.b.sql("UPDATE shop.items SET price = 5000 WHERE id = 2").unwrap();
+    pause.store(false, Relaxed);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Relaxed);
+    writer.await.unwrap();
+    let total = commits.load(Relaxed);
+    println!("writer: {before} commits on A, {} on B after the move", total - before);
+    assert!(before > 50 && total > before, "the writer ran on both servers: {before} then {total}");
     let wrong = block(|| wait_replicas_match(&pair, &mut r, &pair.b));
     assert!(wrong.is_empty(), "after the failover behind one address every row of B is in Redis; still wrong: {wrong:?}");
-    assert!(run.stats.restarts.load(std::sync::atomic::Ordering::Relaxed) >= 1, "the tenure restarted on the new server");
+    assert!(run.stats.restarts.load(Relaxed) >= 1, "the tenure restarted on the new server");
     run.stop().await;
     assert_eq!(pair.checkpoint(&mut r)["server"]["server_id"], 22);
     pair.b.stop();
