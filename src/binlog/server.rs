@@ -85,15 +85,11 @@ pub fn source_opts(url: &str) -> Result<Opts, Error> {
 pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     let q = |e| classify_mysql(e, "preflight");
     type Settings = (String, String, String, Option<String>, Option<String>);
-    let row: Option<Settings> = conn
-        .query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata")
-        .await
-        .or_else(|e| match &e {
-            // MySQL < 8.0.1 has no binlog_row_metadata.
-            mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
-            _ => Err(e),
-        })
-        .map_err(q)?;
+    // MySQL < 8.0.1 has no binlog_row_metadata.
+    let row: Option<Settings> = unknown_variable_is_none(
+        conn.query_first("SELECT @@version, @@binlog_format, @@binlog_row_image, @@binlog_checksum, @@binlog_row_metadata").await,
+    )
+    .map_err(q)?;
     let Some((version, format, image, checksum, metadata)) = row else {
         return Err(DefiniteError::SourceSetting {
             setting: "binlog_row_metadata",
@@ -129,15 +125,9 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
     let (server_uuid, gtids) = if mariadb {
         (None, true)
     } else {
-        let row: Option<(Option<String>, Option<String>)> = conn
-            .query_first("SELECT @@server_uuid, @@gtid_mode")
-            .await
-            .or_else(|e| match &e {
-                // MySQL 5.5 and older: neither variable.
-                mysql_async::Error::Server(se) if se.code == 1193 => Ok(None),
-                _ => Err(e),
-            })
-            .map_err(q)?;
+        // MySQL 5.5 and older: neither variable.
+        let row: Option<(Option<String>, Option<String>)> =
+            unknown_variable_is_none(conn.query_first("SELECT @@server_uuid, @@gtid_mode").await).map_err(q)?;
         let (uuid, mode) = row.unwrap_or_default();
         (uuid, mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")))
     };
@@ -150,6 +140,15 @@ pub async fn preflight(conn: &mut Conn) -> Result<ServerInfo, Error> {
         gtids,
         executed: if gtids && !mariadb { executed } else { None },
     })
+}
+
+/// A `SELECT @@variable` answer: no row where the server has no such variable
+/// (ER_UNKNOWN_SYSTEM_VARIABLE, 1193).
+fn unknown_variable_is_none<T>(r: Result<Option<T>, mysql_async::Error>) -> Result<Option<T>, mysql_async::Error> {
+    match r {
+        Err(mysql_async::Error::Server(se)) if se.code == 1193 => Ok(None),
+        r => r,
+    }
 }
 
 /// MariaDB: the GTID position where binlog file `file` of this server begins: its GTID_LIST
