@@ -279,8 +279,8 @@ async fn prepare(
             reason = %why,
             "resuming from the checkpoint by its GTIDs: its binlog position does not name the same place on this server (a failover, or a purged file)"
         ),
-        start_plan::How::Configured => {
-            if cfg.source.start.trim().eq_ignore_ascii_case("current") {
+        start_plan::How::Configured { current } => {
+            if *current {
                 tracing::warn!(store = %loc, "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
             }
             tracing::info!(from = %plan.resume, server = %info.identity, store = %loc, "no checkpoint; starting at source.start");

@@ -58,8 +58,11 @@ pub enum How {
         /// What makes `file:pos` unusable here.
         why: String,
     },
-    /// No checkpoint: `source.start`.
-    Configured,
+    /// No checkpoint: `source.start`, which is the primary's current position when `current`.
+    Configured {
+        /// `source.start = "current"`.
+        current: bool,
+    },
 }
 
 /// Where a tenure starts and what it starts from.
@@ -89,7 +92,7 @@ impl StartPlan {
             How::CheckpointByGtid { checkpoint, why } => {
                 format!("{} (the checkpoint {checkpoint} by its GTIDs: {why})", self.resume)
             }
-            How::Configured => format!("{} (no checkpoint; source.start)", self.resume),
+            How::Configured { .. } => format!("{} (no checkpoint; source.start)", self.resume),
         }
     }
 }
@@ -257,13 +260,14 @@ async fn from_configured(
     origin: Origin,
 ) -> Result<StartPlan, Error> {
     let start = StartPoint::parse(&cfg.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
+    let current = start == StartPoint::Current;
     let plan = |resume: Resume, gtids: GtidState, pin: Option<SourcePosition>| StartPlan {
         resume,
         gtids,
         state: ReadState::default(),
         origin: origin.clone(),
         pin,
-        how: How::Configured,
+        how: How::Configured { current },
     };
     Ok(match start {
         StartPoint::Current => {
