@@ -95,6 +95,10 @@ pub struct Stats {
     pub spilled_transactions: AtomicU64,
     /// The `NOW(6)` of the last heartbeat row acknowledged, Unix µs (0: none yet).
     pub acked_heartbeat_us: AtomicU64,
+    /// End position of the last transaction whose Redis writes are done and whose events are
+    /// enqueued in the producer, with its commit time (Unix ms, 0: unknown); see
+    /// [`ApplyStats::enqueued`]. Reset at the start of each tenure.
+    pub enqueued: std::sync::Mutex<Option<(SourcePosition, u64)>>,
 }
 
 impl ApplyStats for Stats {
@@ -109,6 +113,9 @@ impl ApplyStats for Stats {
         if spilled {
             self.spilled_transactions.fetch_add(1, Relaxed);
         }
+    }
+    fn enqueued(&self, position: &SourcePosition, commit_time_ms: u64) {
+        *self.enqueued.lock().unwrap() = Some((position.clone(), commit_time_ms));
     }
 }
 

@@ -585,6 +585,11 @@ pub trait ApplyStats: Send + Sync {
     /// A large transaction was applied alone, in chunks; `spilled`: its row events went to a
     /// temporary file.
     fn large(&self, _spilled: bool) {}
+    /// Every transaction up to and including the one ending at `position` (committed at
+    /// `commit_time_ms`, Unix ms, 0: unknown) is in Redis and its events are enqueued in the
+    /// producer (not yet acknowledged by Kafka): what a progress message enqueued after this
+    /// call may announce (events of one partition are delivered in the order enqueued).
+    fn enqueued(&self, _position: &SourcePosition, _commit_time_ms: u64) {}
 }
 
 /// The apply task of `binval run`: takes every transaction already queued in `rx` (up to
@@ -627,7 +632,9 @@ pub async fn apply_loop(
             stats.applied(1, o.rows, o.key_changes);
             metrics::counter!(names::TRANSACTIONS).increment(1);
             metrics::counter!(names::ROWS).increment(o.rows);
-            if acks.send(Pending::of(&mut [meta], o.deliveries)).await.is_err() {
+            let pending = Pending::of(&mut [meta], o.deliveries);
+            stats.enqueued(pending.position.as_ref().expect("a whole transaction"), pending.commit_time_ms);
+            if acks.send(pending).await.is_err() {
                 return Ok(());
             }
             continue;
@@ -648,7 +655,9 @@ pub async fn apply_loop(
         metrics::counter!(names::TRANSACTIONS).increment(n);
         metrics::counter!(names::ROWS).increment(o.rows);
         crate::telemetry::group_applied(n, o.key_changes);
-        if acks.send(Pending::of(&mut group.txns, o.deliveries)).await.is_err() {
+        let pending = Pending::of(&mut group.txns, o.deliveries);
+        stats.enqueued(pending.position.as_ref().expect("a group of whole transactions"), pending.commit_time_ms);
+        if acks.send(pending).await.is_err() {
             return Ok(());
         }
     }
