@@ -103,6 +103,8 @@ fn register_zeros() {
         TRANSACTIONS_SPILLED,
         RESTARTS,
         FENCED_NOOPS,
+        REDIS_RETRIES,
+        TOKEN_READS_SKIPPED,
         CHECKPOINTS,
     ] {
         metrics::counter!(c).increment(0);
@@ -112,7 +114,7 @@ fn register_zeros() {
             metrics::counter!(ERRORS, "service" => service, "kind" => kind).increment(0);
         }
     }
-    for g in [LEADER, FENCING_TOKEN, SOURCE_CONNECTED, LAG, CHECKPOINT_AGE, READY] {
+    for g in [LEADER, FENCING_TOKEN, SOURCE_CONNECTED, LAG, CHECKPOINT_AGE, READY, KAFKA_WAIT, GROUPS_IN_FLIGHT] {
         metrics::gauge!(g).set(0.0);
     }
 }
@@ -121,6 +123,7 @@ async fn run(cfg: Config, stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>
     let mut source: Option<mysql_async::Conn> = None;
     let mut next_poll = tokio::time::Instant::now();
     let mut leading_since: Option<u64> = None;
+    let mut kafka_warned_ms = 0u64;
     loop {
         let now = crate::now_ms();
         let leader = telemetry::health().role() == Role::Leader;
@@ -129,6 +132,7 @@ async fn run(cfg: Config, stats: Arc<Stats>, mut shutdown: watch::Receiver<bool>
             leading_since = None;
         }
         sample(&stats, leader, since, now);
+        warn_kafka_waiting(&stats, now, &mut kafka_warned_ms);
         if leader && tokio::time::Instant::now() >= next_poll {
             poll_source(&cfg, &stats, &mut source).await;
             next_poll = tokio::time::Instant::now() + SOURCE_POLL;
@@ -171,6 +175,29 @@ fn sample(stats: &Stats, leader: bool, leading_since_ms: u64, now: u64) {
     }
     telemetry::sample_queues();
 }
+
+/// How long Kafka has not acknowledged the oldest event waiting (`binval_kafka_unacked_seconds`),
+/// and a warning every [`KAFKA_WARN_EVERY`] while it is past it: a frozen broker answers
+/// nothing and librdkafka reports nothing until its request timeouts, so without this a
+/// broker that hangs is silent for `message.timeout.ms`.
+fn warn_kafka_waiting(stats: &Stats, now: u64, warned_ms: &mut u64) {
+    let since = stats.kafka_waiting_since_ms.load(Relaxed);
+    let waited = if since == 0 { 0 } else { now.saturating_sub(since) };
+    metrics::gauge!(names::KAFKA_WAIT).set(waited as f64 / 1000.0);
+    let every = KAFKA_WARN_EVERY.as_millis() as u64;
+    if waited >= every && now.saturating_sub(*warned_ms) >= every {
+        *warned_ms = now;
+        tracing::warn!(
+            waited_ms = waited,
+            "Kafka has not acknowledged invalidation events for {} s (broker down, frozen or slow?); Redis writes go on until the producer queue is full, and the checkpoint waits",
+            waited / 1000
+        );
+    }
+}
+
+/// How long Kafka may leave an event unacknowledged before [`warn_kafka_waiting`] warns, and
+/// how often it warns again.
+pub const KAFKA_WARN_EVERY: Duration = Duration::from_secs(3);
 
 /// The primary's position and the bytes between it and the acknowledged position. Failures
 /// only drop the connection (the next poll reconnects); the pipeline reports source trouble.

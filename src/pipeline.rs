@@ -26,8 +26,11 @@
 //! in memory together at most twice `source.transaction_memory_mb` (a budget the source waits
 //! on, [`crate::binlog::reader::MemoryBudget`]); one transaction's row events beyond
 //! `source.transaction_memory_mb` are in a temporary file. Decoded rows: one group (at most
-//! `apply.max_group_rows`) at a time. Events in flight: [`ACK_CHANNEL`] groups (or chunks of
-//! a large transaction), each at most `apply.max_group_rows` times the key templates of a row.
+//! `apply.max_group_rows`) at a time, more while Redis is slow (at most
+//! [`crate::write::apply::MAX_KEYS_IN_FLIGHT`] key changes in Redis at once, see
+//! [`crate::write::apply::apply_loop`]). Events in flight: at most the producer queue
+//! (`queue.buffering.max.messages`, 64 MiB), in at most [`ACK_CHANNEL`] groups (or chunks of
+//! a large transaction).
 //!
 //! Before any of it runs, the instance takes the source's lease ([`crate::ha::lease`]); while
 //! another instance holds it, this one waits as standby. A fourth task renews the lease and
@@ -64,8 +67,14 @@ use crate::write::kafka_sink::KafkaSink;
 
 /// Committed transactions buffered between source and apply.
 pub const TXN_CHANNEL: usize = 4096;
-/// Groups whose Kafka deliveries are awaited at once.
-pub const ACK_CHANNEL: usize = 64;
+/// Groups whose Kafka deliveries are awaited at once. Large, so that a broker that does not
+/// answer stops the Redis writes only once the producer's own queue is full
+/// (`queue.buffering.max.messages`, `queue.buffering.max.kbytes`: see
+/// [`crate::write::kafka_sink`]), not after a few dozen groups: while the broker is away the
+/// replicas and tokens keep moving and an app whose fail safe bypasses its local cache reads
+/// fresh values (issue #22). A waiting group holds its positions and one delivery future per
+/// event (about 100 bytes each).
+pub const ACK_CHANNEL: usize = 65_536;
 
 /// Counters of a running pipeline, for the progress log and tests.
 #[derive(Debug, Default)]
@@ -99,6 +108,23 @@ pub struct Stats {
     /// enqueued in the producer, with its commit time (Unix ms, 0: unknown); see
     /// [`ApplyStats::enqueued`]. Reset at the start of each tenure.
     pub enqueued: std::sync::Mutex<Option<(SourcePosition, u64)>>,
+    /// Since when (Unix ms) the checkpoint task waits for Kafka to acknowledge a group's
+    /// events; 0: not waiting.
+    pub kafka_waiting_since_ms: AtomicU64,
+}
+
+impl Stats {
+    /// A tenure's tasks start: what the previous tenure acknowledged, read and enqueued is not
+    /// this one's (the lag gauge read it as this tenure's: 0 while 10 s behind, or the
+    /// previous tenure's commit time, 170 s).
+    fn new_tenure(&self) {
+        self.source.new_tenure();
+        *self.acked.lock().unwrap() = None;
+        self.acked_commit_ms.store(0, Relaxed);
+        self.acked_heartbeat_us.store(0, Relaxed);
+        *self.enqueued.lock().unwrap() = None;
+        self.kafka_waiting_since_ms.store(0, Relaxed);
+    }
 }
 
 impl ApplyStats for Stats {
@@ -135,6 +161,9 @@ impl CheckpointStats for Stats {
     }
     fn saved(&self) {
         self.checkpoints.fetch_add(1, Relaxed);
+    }
+    fn kafka_waiting(&self, since_ms: u64) {
+        self.kafka_waiting_since_ms.store(since_ms, Relaxed);
     }
 }
 
@@ -352,7 +381,7 @@ async fn run_tasks(
         })
     };
     let mapper = p.writer.mapper.clone();
-    stats.source.in_flight.store(0, Relaxed);
+    stats.new_tenure();
     let heartbeat = cfg
         .source
         .heartbeat_table

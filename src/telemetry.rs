@@ -59,6 +59,10 @@
 //! | `binval_errors_total` | counter | errors | `service`, `kind` | client errors as classified: `service` = `source`, `redis`, `kafka`; `kind` = `definite` (stops binval) or `transient` (retried) |
 //! | `binval_restarts_total` | counter | restarts | | pipeline restarts from the checkpoint after transient failures or a lost lease |
 //! | `binval_fenced_noops_total` | counter | key changes | | key changes Redis already held (re-applied after a restart or replay: no replica or token moved) |
+//! | `binval_redis_retries_total` | counter | groups | | groups whose Redis writes were sent again after a transient failure (a master timing out or failing over); the groups behind keep writing to the masters that answer |
+//! | `binval_redis_token_reads_skipped_total` | counter | groups | | Cluster groups whose replicas were written without first reading their version tokens, because a master did not answer within 500 ms (`write::redis_sink`) |
+//! | `binval_redis_groups_in_flight` | gauge | groups | | groups whose Redis writes are under way at once: 1 normally, more while a master is slow or frozen (`write::apply::apply_loop`) |
+//! | `binval_kafka_unacked_seconds` | gauge | s | | how long the oldest event not yet acknowledged by Kafka has waited (0: none waiting); past 3 s a warning repeats every 3 s (a frozen broker is otherwise silent) |
 //! | `binval_checkpoints_total` | counter | saves | | checkpoints saved |
 //! | `binval_checkpoint_age_seconds` | gauge | s | | 0 when the saved checkpoint covers everything read; else seconds since the last save (leader) |
 //! | `binval_checkpoint_saved_timestamp_seconds` | gauge | Unix s | | when the last checkpoint was saved (or, after a start, when the loaded one was) |
@@ -152,6 +156,14 @@ pub mod names {
     pub const RESTARTS: &str = "binval_restarts_total";
     /// counter.
     pub const FENCED_NOOPS: &str = "binval_fenced_noops_total";
+    /// counter (issue #22).
+    pub const REDIS_RETRIES: &str = "binval_redis_retries_total";
+    /// counter (issue #22).
+    pub const TOKEN_READS_SKIPPED: &str = "binval_redis_token_reads_skipped_total";
+    /// gauge, groups (issue #22).
+    pub const GROUPS_IN_FLIGHT: &str = "binval_redis_groups_in_flight";
+    /// gauge, seconds (issue #22).
+    pub const KAFKA_WAIT: &str = "binval_kafka_unacked_seconds";
     /// counter.
     pub const CHECKPOINTS: &str = "binval_checkpoints_total";
     /// gauge, seconds.
@@ -224,6 +236,10 @@ pub mod names {
         ERRORS,
         RESTARTS,
         FENCED_NOOPS,
+        REDIS_RETRIES,
+        TOKEN_READS_SKIPPED,
+        GROUPS_IN_FLIGHT,
+        KAFKA_WAIT,
         CHECKPOINTS,
         CHECKPOINT_AGE,
         CHECKPOINT_SAVED_TS,
@@ -654,6 +670,13 @@ fn describe() {
     describe_counter!(ERRORS, "client errors by service and kind (definite/transient)");
     describe_counter!(RESTARTS, "pipeline restarts after transient failures");
     describe_counter!(FENCED_NOOPS, "key changes Redis already held");
+    describe_counter!(REDIS_RETRIES, "groups whose Redis writes were sent again after a transient failure (a master timing out)");
+    describe_counter!(
+        TOKEN_READS_SKIPPED,
+        "Cluster groups written without reading their version tokens first (a master did not answer within 500 ms)"
+    );
+    describe_gauge!(GROUPS_IN_FLIGHT, "groups whose Redis writes are under way at once (more than 1: a master is slow)");
+    describe_gauge!(KAFKA_WAIT, Unit::Seconds, "how long the oldest event not yet acknowledged by Kafka has waited (0: none waiting)");
     describe_counter!(CHECKPOINTS, "checkpoints saved");
     describe_gauge!(CHECKPOINT_AGE, Unit::Seconds, "seconds since the last save while something read is not saved (0 otherwise)");
     describe_gauge!(CHECKPOINT_SAVED_TS, Unit::Seconds, "when the last checkpoint was saved, Unix s");

@@ -203,6 +203,13 @@ impl Binval {
         None
     }
 
+    /// SIGKILL (a crash), without waiting for anything (the fault benchmark).
+    #[allow(dead_code)]
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM and wait (30 s at most, then SIGKILL); the exit code.
     pub async fn stop(mut self) -> i32 {
         // SAFETY: signalling our own child.

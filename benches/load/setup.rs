@@ -27,14 +27,21 @@ impl Bench {
     /// Start (or reuse) the services, create the database, the table and its rows, and let the
     /// binlog reader's user write the heartbeat table there.
     pub async fn new(rows: u32) -> anyhow::Result<Bench> {
+        Self::with_services(rows, tk::redis_cluster().urls(), tk::broker().bootstrap()).await
+    }
+
+    /// [`Bench::new`] on the given Redis Cluster and broker (a fault benchmark's own, which it
+    /// may freeze), with the shared MariaDB.
+    #[allow(dead_code)]
+    pub async fn with_services(rows: u32, cluster: Vec<String>, brokers: String) -> anyhow::Result<Bench> {
         let db = tk::mariadb().create_database("load")?;
         let mut bench = Bench {
             prefix: tk::unique_name("load"),
             db,
             rows,
             mysql_root: tk::mariadb().root_url(),
-            cluster: tk::redis_cluster().urls(),
-            brokers: tk::broker().bootstrap(),
+            cluster,
+            brokers,
             before_rows: (String::new(), 0),
         };
         let mut c = mysql_async::Conn::from_url(bench.app_url()).await?;

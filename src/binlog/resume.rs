@@ -53,6 +53,15 @@ impl SourceStats {
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some((position.clone(), commit_time_ms));
     }
 
+    /// A tenure begins: forget what the previous one read (its position, `at_end`, the
+    /// transactions in flight), so the lag gauge measures this tenure from its first second
+    /// (a stale `at_end` read as "caught up" while a takeover was 10 s behind).
+    pub fn new_tenure(&self) {
+        *self.read.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.at_end.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The end position and commit time (Unix ms) of the last transaction passed on.
     pub fn last_read(&self) -> Option<(SourcePosition, u64)> {
         self.read.lock().unwrap_or_else(|e| e.into_inner()).clone()

@@ -33,6 +33,9 @@ pub trait CheckpointStats: Send + Sync {
     fn saved(&self);
     /// A heartbeat row written at `now_us` (the primary's `NOW(6)`, Unix µs) acknowledged.
     fn heartbeat_acked(&self, _now_us: u64) {}
+    /// The task began waiting for a group's deliveries at `since_ms` (Unix ms), or stopped
+    /// waiting (`0`): how long Kafka has not acknowledged is watched by [`crate::monitor`].
+    fn kafka_waiting(&self, _since_ms: u64) {}
 }
 
 /// What the checkpoint task starts from.
@@ -104,9 +107,15 @@ impl CheckpointTask {
     async fn acknowledge(&mut self, p: Pending, acked: &mut Option<SourcePosition>) -> Result<bool, Error> {
         let had_events = !p.deliveries.is_empty();
         let n = p.deliveries.len() as u64;
+        if had_events {
+            self.stats.kafka_waiting(crate::now_ms());
+        }
         for (key, d) in p.deliveries {
             self.kafka.delivered(&key, d).await?;
             self.stats.event_acked();
+        }
+        if had_events {
+            self.stats.kafka_waiting(0);
         }
         metrics::counter!(names::EVENTS_ACKED).increment(n);
         let Some(position) = p.position else { return Ok(false) };

@@ -69,6 +69,9 @@ impl ClientContext for SecurityContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", error = %error, "librdkafka: {reason}");
+        // Counted: a broker that stops answering shows in `binval_errors_total` too, not
+        // only in the logs.
+        crate::telemetry::error_classified("kafka", false);
         let code = error.rdkafka_error_code();
         // "n/m brokers are down" follows every failure and says nothing of its cause: keep
         // the error before it.

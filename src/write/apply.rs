@@ -406,6 +406,13 @@ impl Writer {
         let positions = group.positions();
         let applied = self.apply_batch(&group.changes, &positions).await?;
         metrics::histogram!(names::REDIS_APPLY_SECONDS).record(t.elapsed().as_secs_f64());
+        self.announce(group, applied, o).await
+    }
+
+    /// The events of a group whose Redis writes are done (`applied`, one per change): counted
+    /// in `o`, and enqueued (all of them, or with [`ApplyOptions::events_only_if_moved`] those
+    /// of changes that moved something) unless [`ApplyOptions::publish_events`] is off.
+    async fn announce(&self, group: &Group, applied: Vec<Applied>, o: &mut TxnOutcome) -> Result<(), Error> {
         let noop = applied.iter().filter(|a| !moved(a)).count();
         if noop > 0 {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
@@ -428,6 +435,46 @@ impl Writer {
         }
         metrics::counter!(names::KEY_CHANGES).increment(group.changes.len() as u64);
         Ok(())
+    }
+
+    /// The fenced Redis writes of `group` (finished, without table invalidations) as a future
+    /// that owns what it needs, so several groups can be in Redis at once ([`apply_loop`]).
+    /// On a Cluster, a transient Redis failure (a timeout: a master frozen or failing over) is
+    /// retried with backoff for up to [`REDIS_RETRY_FOR`] before it ends the tenure: every write is fenced,
+    /// so sending a group again only completes what did not land, and the groups behind it
+    /// keep writing to the masters that answer meanwhile. Run only (no fencing token refresh).
+    fn redis_writes(&self, group: Group) -> impl std::future::Future<Output = (Group, Result<Vec<Applied>, Error>)> + Send + 'static {
+        let redis = self.redis.clone();
+        let w = self.ctx(FencePosition::default());
+        // Standalone Redis is one master: nothing else could progress meanwhile, and a
+        // restart of the tenure (reconnect, checkpoint) is the better retry.
+        let retry = matches!(redis, RedisConn::Cluster(..));
+        async move {
+            let positions = group.positions();
+            let w = WriteCtx { position: positions.first().copied().unwrap_or_default(), ..w };
+            let started = Instant::now();
+            let mut wait = std::time::Duration::from_millis(50);
+            loop {
+                match redis.apply_batch(&group.changes, &positions, &w).await {
+                    Err(Error::Transient(TransientError::Redis(m))) if retry && started.elapsed() < REDIS_RETRY_FOR => {
+                        metrics::counter!(names::REDIS_RETRIES).increment(1);
+                        tracing::warn!(
+                            error = %m,
+                            position = %w.position,
+                            key_changes = group.changes.len(),
+                            waited_ms = started.elapsed().as_millis() as u64,
+                            "Redis did not take a group's writes; sending them again (the groups behind it keep writing to the masters that answer)"
+                        );
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(std::time::Duration::from_secs(1));
+                    }
+                    r => {
+                        metrics::histogram!(names::REDIS_APPLY_SECONDS).record(started.elapsed().as_secs_f64());
+                        return (group, r);
+                    }
+                }
+            }
+        }
     }
 
     /// [`RedisConn::apply_batch`]; with [`ApplyOptions::refresh_fencing_token`], a takeover
@@ -593,10 +640,27 @@ pub trait ApplyStats: Send + Sync {
 }
 
 /// The apply task of `binval run`: takes every transaction already queued in `rx` (up to
-/// `writer.max_group_rows` rows, see [`crate::write::group`]) as one group, applies it and
-/// hands its deliveries to the checkpoint task through `acks` (bounded: the apply task waits
-/// while the checkpoint task is behind). A large transaction is applied alone, in chunks.
-/// Returns when `rx` closes or the checkpoint task stopped.
+/// `writer.max_group_rows` rows, see [`crate::write::group`]) as one group, writes it to Redis
+/// and, in commit order, enqueues its events and hands its deliveries to the checkpoint task
+/// through `acks` (bounded: the apply task waits while the checkpoint task is behind). A large
+/// transaction is applied alone, in chunks. Returns when `rx` closes or the checkpoint task
+/// stopped.
+///
+/// # Groups in Redis at once
+///
+/// Normally one group is in Redis at a time, and the transactions that arrive meanwhile form
+/// the next, larger group. When a group's writes take longer than [`OVERLAP_AFTER`] (a master
+/// is slow, frozen, or failing over), the next group is sent without waiting, and so on every
+/// [`OVERLAP_AFTER`], up to [`MAX_GROUPS_IN_FLIGHT`] groups and [`MAX_KEYS_IN_FLIGHT`] key
+/// changes: the masters that answer keep receiving every change, so readers of replicas there
+/// (an app whose fail safe bypasses its local cache) see fresh values while one master does
+/// not answer. Nothing else changes: every write is fenced by position (a replica or token
+/// only moves forward, whichever group's write lands first), each group's version tokens are
+/// written only after all of that group's replicas (I1), and events are enqueued and
+/// acknowledged strictly in group order (per-key order on the topic, I3).
+///
+/// A group with table-wide invalidations, and a large transaction, wait until every group
+/// before them is done and are applied alone.
 pub async fn apply_loop(
     mut writer: Writer,
     mut rx: mpsc::Receiver<Transaction>,
@@ -604,37 +668,59 @@ pub async fn apply_loop(
     stats: Arc<dyn ApplyStats>,
 ) -> Result<(), Error> {
     let mut held: Option<Transaction> = None;
+    let mut flight = InFlight::default();
+    let mut closed = false;
     loop {
-        let first = match held.take() {
-            Some(t) => t,
-            None => match rx.recv().await {
-                Some(t) => t,
-                None => return Ok(()),
-            },
+        let first = if flight.may_start() {
+            match held.take() {
+                Some(t) => Some(t),
+                None if closed => None,
+                None => tokio::select! {
+                    biased;
+                    done = flight.next(), if !flight.is_empty() => {
+                        if !finish_group(&writer, done, &acks, &*stats).await? {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    t = rx.recv() => match t {
+                        Some(t) => Some(t),
+                        None => {
+                            closed = true;
+                            continue;
+                        }
+                    },
+                },
+            }
+        } else {
+            let (at, below_caps) = (flight.next_start_at(), flight.below_caps());
+            tokio::select! {
+                biased;
+                done = flight.next() => {
+                    if !finish_group(&writer, done, &acks, &*stats).await? {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(at.into()), if below_caps => continue,
+            }
+        };
+        let Some(first) = first else {
+            // The source is done: finish what is in Redis, then stop.
+            if flight.is_empty() {
+                return Ok(());
+            }
+            let done = flight.next().await;
+            if !finish_group(&writer, done, &acks, &*stats).await? {
+                return Ok(());
+            }
+            continue;
         };
         if is_large(&first) {
-            let mut txn = first;
-            stats.large(txn.rows.spilled());
-            if txn.rows.spilled() {
-                metrics::counter!(names::TRANSACTIONS_SPILLED).increment(1);
+            if !drain(&writer, &mut flight, &acks, &*stats).await? {
+                return Ok(());
             }
-            let meta = Transaction {
-                position: txn.position.clone(),
-                commit_time_ms: txn.commit_time_ms,
-                heartbeat_us: txn.heartbeat_us,
-                table_names: txn.table_names.take(),
-                json_columns: txn.json_columns.take(),
-                xa: txn.xa.take(),
-                gtid_previous: txn.gtid_previous.take(),
-                ..Transaction::default()
-            };
-            let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;
-            stats.applied(1, o.rows, o.key_changes);
-            metrics::counter!(names::TRANSACTIONS).increment(1);
-            metrics::counter!(names::ROWS).increment(o.rows);
-            let pending = Pending::of(&mut [meta], o.deliveries);
-            stats.enqueued(pending.position.as_ref().expect("a whole transaction"), pending.commit_time_ms);
-            if acks.send(pending).await.is_err() {
+            if !apply_large_alone(&mut writer, first, &acks, &*stats).await? {
                 return Ok(());
             }
             continue;
@@ -649,19 +735,160 @@ pub async fn apply_loop(
             }
             group.add(txn, &writer.mapper, &writer.fence)?;
         }
-        let o = writer.apply_group(&mut group, &mut |_| {}).await?;
-        let n = group.txns.len() as u64;
-        stats.applied(n, o.rows, o.key_changes);
-        metrics::counter!(names::TRANSACTIONS).increment(n);
-        metrics::counter!(names::ROWS).increment(o.rows);
-        crate::telemetry::group_applied(n, o.key_changes);
-        let pending = Pending::of(&mut group.txns, o.deliveries);
-        stats.enqueued(pending.position.as_ref().expect("a group of whole transactions"), pending.commit_time_ms);
-        if acks.send(pending).await.is_err() {
-            return Ok(());
+        if group.txns.iter().any(|t| !t.invalidate_tables.is_empty()) {
+            if !drain(&writer, &mut flight, &acks, &*stats).await? {
+                return Ok(());
+            }
+            let o = writer.apply_group(&mut group, &mut |_| {}).await?;
+            if !hand_on(group, o, &acks, &*stats).await {
+                return Ok(());
+            }
+            continue;
         }
+        group.finish();
+        flight.push(&writer, group);
     }
 }
+
+/// A group whose Redis writes are under way: it gives the group back with what each change did.
+type GroupWrites = std::pin::Pin<Box<dyn std::future::Future<Output = (Group, Result<Vec<Applied>, Error>)> + Send>>;
+
+/// The groups whose Redis writes are under way, oldest first (see [`apply_loop`]).
+#[derive(Default)]
+struct InFlight {
+    groups: futures::stream::FuturesOrdered<GroupWrites>,
+    /// Key changes of the groups in flight.
+    keys: usize,
+    /// When the newest group in flight was sent.
+    newest: Option<Instant>,
+}
+
+impl InFlight {
+    fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Below [`MAX_GROUPS_IN_FLIGHT`] and [`MAX_KEYS_IN_FLIGHT`].
+    fn below_caps(&self) -> bool {
+        self.groups.len() < MAX_GROUPS_IN_FLIGHT && self.keys < MAX_KEYS_IN_FLIGHT
+    }
+
+    /// When another group may be sent: at once when none is in flight, else
+    /// [`OVERLAP_AFTER`] after the newest.
+    fn next_start_at(&self) -> Instant {
+        self.newest.map_or_else(Instant::now, |t| t + OVERLAP_AFTER)
+    }
+
+    fn may_start(&self) -> bool {
+        self.is_empty() || (self.below_caps() && Instant::now() >= self.next_start_at())
+    }
+
+    fn push(&mut self, writer: &Writer, group: Group) {
+        self.keys += group.changes.len();
+        self.newest = Some(Instant::now());
+        if group.changes.is_empty() {
+            self.groups.push_back(Box::pin(std::future::ready((group, Ok(Vec::new())))));
+        } else {
+            self.groups.push_back(Box::pin(writer.redis_writes(group)));
+        }
+        metrics::gauge!(names::GROUPS_IN_FLIGHT).set(self.groups.len() as f64);
+    }
+
+    /// The oldest group, once its writes are done.
+    async fn next(&mut self) -> (Group, Result<Vec<Applied>, Error>) {
+        use futures::StreamExt;
+        let done = self.groups.next().await.expect("a group is in flight");
+        self.keys -= done.0.changes.len();
+        if self.groups.is_empty() {
+            self.newest = None;
+        }
+        metrics::gauge!(names::GROUPS_IN_FLIGHT).set(self.groups.len() as f64);
+        done
+    }
+}
+
+/// Enqueue the events of a group whose Redis writes are done and hand it to the checkpoint
+/// task; `false` when the checkpoint task stopped.
+async fn finish_group(
+    writer: &Writer,
+    (group, applied): (Group, Result<Vec<Applied>, Error>),
+    acks: &mpsc::Sender<Pending>,
+    stats: &dyn ApplyStats,
+) -> Result<bool, Error> {
+    let mut o = TxnOutcome { rows: group.rows as u64, key_changes: group.changes.len() as u64, ..TxnOutcome::default() };
+    if !group.changes.is_empty() {
+        writer.announce(&group, applied?, &mut o).await?;
+    }
+    Ok(hand_on(group, o, acks, stats).await)
+}
+
+/// Count a group applied and send its [`Pending`]; `false` when the checkpoint task stopped.
+async fn hand_on(mut group: Group, o: TxnOutcome, acks: &mpsc::Sender<Pending>, stats: &dyn ApplyStats) -> bool {
+    let n = group.txns.len() as u64;
+    stats.applied(n, o.rows, o.key_changes);
+    metrics::counter!(names::TRANSACTIONS).increment(n);
+    metrics::counter!(names::ROWS).increment(o.rows);
+    crate::telemetry::group_applied(n, o.key_changes);
+    let pending = Pending::of(&mut group.txns, o.deliveries);
+    stats.enqueued(pending.position.as_ref().expect("a group of whole transactions"), pending.commit_time_ms);
+    acks.send(pending).await.is_ok()
+}
+
+/// Finish every group in flight, oldest first; `false` when the checkpoint task stopped.
+async fn drain(writer: &Writer, flight: &mut InFlight, acks: &mpsc::Sender<Pending>, stats: &dyn ApplyStats) -> Result<bool, Error> {
+    while !flight.is_empty() {
+        let done = flight.next().await;
+        if !finish_group(writer, done, acks, stats).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A large transaction, applied alone in chunks ([`Writer::apply_large`]); `false` when the
+/// checkpoint task stopped.
+async fn apply_large_alone(
+    writer: &mut Writer,
+    mut txn: Transaction,
+    acks: &mpsc::Sender<Pending>,
+    stats: &dyn ApplyStats,
+) -> Result<bool, Error> {
+    stats.large(txn.rows.spilled());
+    if txn.rows.spilled() {
+        metrics::counter!(names::TRANSACTIONS_SPILLED).increment(1);
+    }
+    let meta = Transaction {
+        position: txn.position.clone(),
+        commit_time_ms: txn.commit_time_ms,
+        heartbeat_us: txn.heartbeat_us,
+        table_names: txn.table_names.take(),
+        json_columns: txn.json_columns.take(),
+        xa: txn.xa.take(),
+        gtid_previous: txn.gtid_previous.take(),
+        ..Transaction::default()
+    };
+    let o = writer.apply_large(txn, &mut |_| {}, Some(acks.clone())).await?;
+    stats.applied(1, o.rows, o.key_changes);
+    metrics::counter!(names::TRANSACTIONS).increment(1);
+    metrics::counter!(names::ROWS).increment(o.rows);
+    let pending = Pending::of(&mut [meta], o.deliveries);
+    stats.enqueued(pending.position.as_ref().expect("a whole transaction"), pending.commit_time_ms);
+    Ok(acks.send(pending).await.is_ok())
+}
+
+/// How long a group may be in Redis before the next one is sent without waiting for it.
+pub const OVERLAP_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+/// Groups in Redis at once, at most (at one every [`OVERLAP_AFTER`]: about 50 s of a master
+/// that does not answer).
+pub const MAX_GROUPS_IN_FLIGHT: usize = 1024;
+/// Key changes in Redis at once, at most (their payloads are in memory until the group's
+/// events are enqueued; invariant I6).
+pub const MAX_KEYS_IN_FLIGHT: usize = 100_000;
+/// How long a group's transient Redis failures are retried before the tenure ends
+/// ([`Writer::redis_writes`]): longer than a master's freeze or failover usually lasts, short
+/// enough that a master that was killed and restarted (its connection does not always recover
+/// in place) is reconnected by the new tenure soon.
+pub const REDIS_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Transactions per group at most, whatever their rows (transactions of unmapped tables have
 /// none): bounds the metadata a group holds.

@@ -52,9 +52,13 @@ impl KafkaSink {
         // - queue.buffering.max.kbytes 65536: the producer's queue holds at most 64 MiB of
         //   events not yet delivered (librdkafka's default is 1 GiB): with the broker away,
         //   binval waits (the queue is full) instead of growing (invariant I6).
+        // - message.timeout.ms 300000 (librdkafka's default): a broker away for minutes delays
+        //   the acknowledgements (and the checkpoint) but does not end the tenure; while it
+        //   is away the Redis writes go on until the queue above is full (issue #22), and
+        //   `binval_kafka_unacked_seconds` with a warning every 3 s says that it waits.
         cc.set("linger.ms", "5")
             .set("queue.buffering.max.kbytes", "65536")
-            .set("message.timeout.ms", "30000")
+            .set("message.timeout.ms", "300000")
             .set("socket.keepalive.enable", "true");
         for (k, v) in &cfg.properties {
             cc.set(k, v);

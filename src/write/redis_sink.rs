@@ -20,6 +20,15 @@
 //!   idempotence carry correctness instead of atomicity: no token moves before all replicas of
 //!   its change are written (I1).
 //!
+//!   The read of step 1 waits at most [`TOKEN_READ_WAIT`]: when a master does not answer in
+//!   time, the group's replicas are written without it, so the masters that answer keep
+//!   receiving every change while one is frozen or failing over (issue #22; the groups behind
+//!   a stuck one are sent meanwhile, see `write::apply::apply_loop`). What the skipped check
+//!   would have prevented: an *older* change re-applied (a restart from the checkpoint) into a
+//!   replica that is missing while its token is newer (a tombstone expired after
+//!   `redis.tombstone_ttl_ms`, or lost data), for the few groups written while a master does
+//!   not answer. Every replica write is still fenced by its own position.
+//!
 //! Errors are classified transient (connection, timeout, cluster re-sharding) or definite
 //! (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`], naming the key.
 //!
@@ -34,6 +43,10 @@ use binval_protocol::{hash_slot, parse_version, replica_key, version_key, FenceP
 use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{classify_redis, DefiniteError, Error, TransientError};
+
+/// How long step 1 of a Cluster group (reading the version tokens) may take before the
+/// replicas are written without it (module docs).
+pub const TOKEN_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 use crate::mapping::{KeyChange, Mapper};
 use crate::redis_conn::RedisConn;
 
@@ -108,7 +121,8 @@ impl RedisConn {
         }
     }
 
-    /// Cluster: tokens read, then every replica, then the tokens (module docs).
+    /// Cluster: tokens read (for at most [`TOKEN_READ_WAIT`]), then every replica, then the
+    /// tokens (module docs).
     async fn apply_cluster(
         &self,
         changes: &[KeyChange],
@@ -124,8 +138,15 @@ impl RedisConn {
             cmd.arg(vkey);
             (slot, cmd)
         };
-        let versions = self.run_batch(changes.len(), &read, None).await;
         let mut todo: Vec<usize> = Vec::with_capacity(changes.len());
+        let Ok(versions) = tokio::time::timeout(TOKEN_READ_WAIT, self.run_batch(changes.len(), &read, None)).await else {
+            // A master does not answer in time (frozen, failing over): write every replica
+            // without the check rather than hold back the masters that answer; each replica
+            // write is still fenced by its own position (see TOKEN_READ_WAIT).
+            metrics::counter!(crate::telemetry::names::TOKEN_READS_SKIPPED).increment(1);
+            todo.extend(0..changes.len());
+            return self.write_replicas_then_tokens(changes, positions, w, applied, todo).await;
+        };
         for (i, r) in versions.into_iter().enumerate() {
             let vkey = || version_key(&changes[i].key);
             let raw: Option<Vec<u8>> = reply_as(r, vkey)?;
@@ -136,6 +157,18 @@ impl RedisConn {
                 todo.push(i);
             }
         }
+        self.write_replicas_then_tokens(changes, positions, w, applied, todo).await
+    }
+
+    /// Steps 2 and 3 of [`RedisConn::apply_cluster`] for the changes `todo`.
+    async fn write_replicas_then_tokens(
+        &self,
+        changes: &[KeyChange],
+        positions: &[FencePosition],
+        w: &WriteCtx,
+        applied: &mut [Applied],
+        todo: Vec<usize>,
+    ) -> Result<(), Error> {
         // 2. Every replica of every key still to write, each fenced on its own.
         let replicas: Vec<(usize, u32)> = todo.iter().flat_map(|&i| (0..changes[i].replicas).map(move |r| (i, r))).collect();
         let sha = scripts().replica.get_hash();

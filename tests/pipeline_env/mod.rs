@@ -239,6 +239,10 @@ pub struct Running {
 }
 
 pub fn start(cfg: Config) -> Running {
+    // `BINVAL_TEST_LOG=binval=info cargo test ... -- --nocapture`: the pipeline's log.
+    if let Ok(filter) = std::env::var("BINVAL_TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::new(filter)).with_test_writer().try_init();
+    }
     let (tx, rx) = watch::channel(false);
     let stats = Arc::new(binval::pipeline::Stats::default());
     let handle = tokio::spawn(binval::pipeline::run(cfg, rx, stats.clone()));

@@ -238,6 +238,16 @@ impl OwnedCluster {
         self.ports.iter().map(|p| format!("redis://127.0.0.1:{p}")).collect()
     }
 
+    /// Freeze (`SIGSTOP`) or thaw (`SIGCONT`) master `i`: its connections stay open and
+    /// nothing answers — a hung master, not a refused connection. Past the cluster's
+    /// `cluster-node-timeout` the other masters mark it failed (with no replica, the cluster
+    /// then refuses every slot until it is back: `cluster-require-full-coverage`).
+    pub fn freeze_node(&self, i: usize, frozen: bool) {
+        if let Some(p) = &self.procs[i] {
+            p.signal(if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+        }
+    }
+
     /// Kill master `i` (SIGKILL).
     pub fn stop_node(&mut self, i: usize) {
         if let Some(mut p) = self.procs[i].take() {
