@@ -103,6 +103,7 @@ fn register_zeros() {
         TRANSACTIONS_SPILLED,
         RESTARTS,
         FENCED_NOOPS,
+        PROGRESS_MESSAGES,
         CHECKPOINTS,
     ] {
         metrics::counter!(c).increment(0);

@@ -59,6 +59,8 @@
 //! | `binval_errors_total` | counter | errors | `service`, `kind` | client errors as classified: `service` = `source`, `redis`, `kafka`; `kind` = `definite` (stops binval) or `transient` (retried) |
 //! | `binval_restarts_total` | counter | restarts | | pipeline restarts from the checkpoint after transient failures or a lost lease |
 //! | `binval_fenced_noops_total` | counter | key changes | | key changes Redis already held (re-applied after a restart or replay: no replica or token moved) |
+//! | `binval_progress_messages_total` | counter | messages | | progress messages (`kafka.progress_interval_ms`, one per partition per round) the broker acknowledged |
+//! | `binval_progress_lag_seconds` | gauge | s | | the lag the last progress round announced: how far what is in Redis and enqueued is behind the source (0 when caught up at the end of the binlog; see [`crate::write::progress`]) |
 //! | `binval_checkpoints_total` | counter | saves | | checkpoints saved |
 //! | `binval_checkpoint_age_seconds` | gauge | s | | 0 when the saved checkpoint covers everything read; else seconds since the last save (leader) |
 //! | `binval_checkpoint_saved_timestamp_seconds` | gauge | Unix s | | when the last checkpoint was saved (or, after a start, when the loaded one was) |
@@ -152,6 +154,10 @@ pub mod names {
     pub const RESTARTS: &str = "binval_restarts_total";
     /// counter.
     pub const FENCED_NOOPS: &str = "binval_fenced_noops_total";
+    /// counter (issue #22).
+    pub const PROGRESS_MESSAGES: &str = "binval_progress_messages_total";
+    /// gauge, seconds (issue #22).
+    pub const PROGRESS_LAG: &str = "binval_progress_lag_seconds";
     /// counter.
     pub const CHECKPOINTS: &str = "binval_checkpoints_total";
     /// gauge, seconds.
@@ -224,6 +230,8 @@ pub mod names {
         ERRORS,
         RESTARTS,
         FENCED_NOOPS,
+        PROGRESS_MESSAGES,
+        PROGRESS_LAG,
         CHECKPOINTS,
         CHECKPOINT_AGE,
         CHECKPOINT_SAVED_TS,
