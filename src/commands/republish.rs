@@ -66,6 +66,7 @@ pub struct RepublishSummary {
     /// Events published again (0 in a dry run).
     pub republished: u64,
     /// Messages skipped because they are not invalidation events (reported, never re-sent).
+    /// binval's progress messages are neither counted nor re-sent.
     pub skipped: u64,
     /// Whether nothing was published.
     pub dry_run: bool,
@@ -253,6 +254,11 @@ fn read_range(
                 continue;
             }
         }
+        if is_progress(&m) {
+            // binval's own progress messages (`write::progress`) say how far the writer was
+            // then; re-sending them would say it again, out of date.
+            continue;
+        }
         let payload = m.payload().unwrap_or_default();
         if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
             tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
@@ -270,4 +276,12 @@ fn read_range(
         .into());
     }
     Ok((summary, to_send))
+}
+
+/// A message with the header `binval.kind: progress` ([`binval_protocol::KIND_HEADER`]).
+fn is_progress<M: Message>(m: &M) -> bool {
+    use rdkafka::message::Headers;
+    m.headers().is_some_and(|h| {
+        h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_PROGRESS.as_bytes()))
+    })
 }
