@@ -564,10 +564,10 @@ mod stats;
 /// [`ConsumerBuilder::kafka_tls`], [`ConsumerBuilder::kafka_sasl`]), shared with the binval service.
 pub use binval_security::{KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings};
 pub use builder::ConsumerBuilder;
-pub use consumer::{CacheMode, Consumer};
+pub use consumer::{CacheMode, Consumer, Flagged, OnSourceBehind, Stale};
 pub use error::ConsumerError;
 pub use hot::HotKey;
-pub use listener::{decode_message, BadMessage};
+pub use listener::{decode_message, decode_topic_message, BadMessage, TopicMessage};
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
