@@ -245,6 +245,16 @@ impl OwnedCluster {
         }
     }
 
+    /// Freeze (`true`: SIGSTOP) or thaw (`false`: SIGCONT) master `i`. A frozen master keeps
+    /// its connections and its port open and answers nothing, like a stalled host: clients
+    /// see timeouts, not refusals. After `cluster-node-timeout` (5 s here) the other masters
+    /// mark it failed.
+    pub fn freeze_node(&self, i: usize, frozen: bool) {
+        if let Some(p) = &self.procs[i] {
+            p.signal(if frozen { libc::SIGSTOP } else { libc::SIGCONT });
+        }
+    }
+
     /// Start master `i` again (same port, data and node id); returns when every node reports
     /// `cluster_state:ok` again.
     pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {
