@@ -236,12 +236,18 @@ fn read_range(
     let deadline = Instant::now() + Duration::from_secs(300);
     while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && Instant::now() < deadline {
         let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
-        last_msg = Instant::now();
         let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
         let (p, o) = (m.partition(), m.offset());
         if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
             remaining.remove(&p);
         }
+        if is_progress(&m) {
+            // binval's own progress messages (`write::progress`) say how far the writer was
+            // then; re-sending them would say it again, out of date. A running binval sends
+            // them all the time, so they do not count as activity for the idle end either.
+            continue;
+        }
+        last_msg = Instant::now();
         let ts = m.timestamp().to_millis().map(|t| t.max(0) as u64);
         if let (Some(to), Some(ts)) = (to_ms, ts) {
             if ts > to {
@@ -253,11 +259,6 @@ fn read_range(
             if ts < *from_ms {
                 continue;
             }
-        }
-        if is_progress(&m) {
-            // binval's own progress messages (`write::progress`) say how far the writer was
-            // then; re-sending them would say it again, out of date.
-            continue;
         }
         let payload = m.payload().unwrap_or_default();
         if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
