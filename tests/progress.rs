@@ -29,8 +29,12 @@ struct Reader(BaseConsumer);
 
 impl Reader {
     fn new(topic: &str) -> Reader {
+        Reader::on(&tk::broker().bootstrap(), topic)
+    }
+
+    fn on(bootstrap: &str, topic: &str) -> Reader {
         let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", tk::broker().bootstrap())
+            .set("bootstrap.servers", bootstrap)
             .set("group.id", tk::unique_name("progress"))
             .set("enable.auto.commit", "false")
             .set("fetch.wait.max.ms", "5")
@@ -149,6 +153,41 @@ async fn progress_reaches_every_partition_and_follows_the_writes() {
     run.stop().await;
 }
 
+/// With the broker frozen, binval enqueues no new round while the previous one is undelivered
+/// (at most one message per partition waits in the producer), and publishes again as soon as
+/// the broker answers: of the rounds due during a 3 s freeze (15 at 200 ms), at most two per
+/// partition were enqueued (the one in flight when it froze, and one stuck behind it at most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_broker_holds_back_at_most_one_round() {
+    let broker = tk::OwnedBroker::start_new().unwrap();
+    let env = Env::new("progress_broker", RedisKind::Standalone);
+    broker.create_topic(&env.topic, 3).unwrap();
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY)").await;
+    let start = env.binlog_now().await;
+    let text = env
+        .config_toml(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\n")
+        .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));
+    let run = pipeline_env::start(binval::config::Config::from_toml(&text).unwrap());
+    let reader = Reader::on(&broker.bootstrap(), &env.topic);
+    let before = progress_of(&block(|| reader.read_for(2.0)));
+    assert!(!before.is_empty(), "progress before the freeze");
+
+    broker.freeze(true);
+    let frozen_ms = binval::now_ms();
+    std::thread::sleep(Duration::from_secs(3));
+    let thawed_ms = binval::now_ms();
+    broker.freeze(false);
+    let after = progress_of(&block(|| reader.read_for(3.0)));
+    for p in 0..3 {
+        let published: Vec<u64> = after.iter().filter(|m| m.0 == p).map(|m| m.3.publish_time_ms).collect();
+        let during = published.iter().filter(|&&t| t > frozen_ms && t < thawed_ms).count();
+        println!("partition {p}: {during} progress messages enqueued during the 3 s freeze, {} read after it", published.len());
+        assert!(during <= 2, "partition {p}: {during} rounds enqueued while the broker was frozen");
+        assert!(published.iter().any(|&t| t >= thawed_ms), "partition {p}: progress again after the thaw");
+    }
+    run.stop().await;
+}
+
 /// A `binval run` process that freezes (SIGSTOP) stops sending progress; an app instance sees
 /// the source lag pass its bound, stops serving its local cache and reads its loader instead
 /// of Redis; once binval runs again (SIGCONT) it serves locally again, and reads Redis.
@@ -226,4 +265,55 @@ async fn a_frozen_binval_makes_an_app_instance_read_its_loader() {
         assert!(t0.elapsed() < Duration::from_secs(20), "binval did not stop on SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Invariant I8 with progress: under a steady stream of commits binval's announced lag stays
+/// well within an app's default 2 s bound (commit times are binlog header seconds, so it
+/// ranges up to about a second), and the app keeps serving locally throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_source_keeps_app_instances_serving_locally() {
+    use mysql_async::prelude::Queryable;
+    let env = Env::new("progress_busy", RedisKind::Standalone);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, n INT)").await;
+    env.exec("INSERT INTO items VALUES (1, 0), (2, 0)").await;
+    let start = env.binlog_now().await;
+    let run = pipeline_env::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n"));
+    let app = binval_consumer::Consumer::builder()
+        .brokers(tk::broker().bootstrap())
+        .topic(env.topic.clone())
+        .redis_standalone(tk::redis().url())
+        .replicas(2)
+        .kafka_property("fetch.wait.max.ms", "5")
+        .build()
+        .await
+        .unwrap();
+    let hot = format!("{}:item:2", env.prefix);
+    let v = env.exec_v("UPDATE items SET n = 1 WHERE id = 2").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&hot, v)), v);
+    let t0 = Instant::now();
+    while app.stats().progress_messages < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no progress seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // About 150 single-row commits per second for 5 s on row 1; the app reads row 2 meanwhile.
+    let mut c = env.conn().await;
+    let (t0, mut n, mut worst) = (Instant::now(), 0u64, Duration::ZERO);
+    while t0.elapsed() < Duration::from_secs(5) {
+        n += 1;
+        c.query_drop(format!("UPDATE items SET n = {n} WHERE id = 1")).await.unwrap();
+        if n % 10 == 0 {
+            let got: serde_json::Value = app.get_json(&hot).await.unwrap().unwrap();
+            assert_eq!(got["n"], 1);
+            worst = worst.max(app.source_lag().unwrap_or_default());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let s = app.stats();
+    println!("{n} commits in 5 s: worst source lag seen {worst:?}, fail safe engaged {} times, hits {}", s.fail_safe_engaged, s.hits);
+    assert_eq!(s.fail_safe_engaged, 0, "a busy source is not a lagging one");
+    assert!(worst < Duration::from_secs(2), "{worst:?}");
+    assert!(s.hits > 0);
+    app.shutdown().await;
+    run.stop().await;
 }

@@ -445,8 +445,11 @@
 //!
 //! What it does not cover: the time a progress message spends between binval's producer and
 //! this listener (milliseconds; binval keeps at most one round in flight, and a slow broker
-//! shows in the stream lag). A binval whose source heartbeat (`source.heartbeat_ms`, default
-//! 1 s) is not well below the bound reports up to that much lag after each quiet commit.
+//! shows in the stream lag). Its resolution: binval dates changes by binlog commit times,
+//! whole seconds, so a binval that keeps up reports up to about a second under a steady
+//! stream of commits (and after a quiet commit until the primary's next heartbeat,
+//! `source.heartbeat_ms`, default 1 s): keep [`ConsumerBuilder::max_staleness`] at 2 s or more
+//! (`tests/progress.rs` checks that a busy source never trips the default).
 //!
 //! ## Gaps and truncates
 //!
