@@ -48,7 +48,9 @@ pub struct Stats {
     pub events: u64,
     /// Events that removed an entry the local cache held.
     pub evictions: u64,
-    /// Topic messages skipped: no payload, longer than [`crate::ConsumerBuilder::max_message_bytes`], or not a valid invalidation event.
+    /// Topic messages skipped: no payload, longer than [`crate::ConsumerBuilder::max_message_bytes`], not a valid invalidation event,
+    /// marked as a progress message (`binval.kind: progress`) and not a valid one (or read
+    /// from another partition than it names), or of an unknown `binval.kind`.
     pub bad_messages: u64,
     /// `get` misses (or bypass reads) that did not read Redis themselves but awaited the fill
     /// of the same key already in flight in this instance (single-flight).
