@@ -101,3 +101,82 @@ async fn reads_move_to_another_master_when_one_is_frozen() -> anyhow::Result<()>
     cached.shutdown().await;
     Ok(())
 }
+
+/// Progress messages with per-slot-range lags (`masters`): the ranges of one master report a
+/// minute of lag, the others none. A key with replicas on the other masters is read there as
+/// fresh, never from the lagging master (frozen here, with one read per fill: a read sent to it
+/// would time out); a key whose only replica is on it follows `on_source_behind` (the default
+/// without a loader: refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_on_a_master_reported_behind_are_skipped() -> anyhow::Result<()> {
+    use binval_consumer::ConsumerError;
+    use binval_protocol::MasterLag;
+    init_tracing();
+    let cluster = tokio::task::spawn_blocking(binval_testkit::OwnedCluster::start_new).await??;
+    let urls = cluster.urls();
+    let owners = binval_testkit::SlotOwners::read(cluster.ports[0])?;
+    let master_of = |slot: u16| owners.master_of(slot);
+    let spread = (0..2000).map(|i| format!("item:spread:{i}")).find(|k| Placement::of(k, N, &master_of).masters() == 3).unwrap();
+    let behind = 0usize; // the master whose writes binval reports as a minute behind
+    let single = (0..5000)
+        .map(|i| format!("item:single:{i}"))
+        .find(|k| Placement::of(k, 1, &master_of).groups()[0].0 == behind)
+        .expect("a key whose one replica is on master 0");
+    let client = redis::cluster::ClusterClient::new(urls.clone())?;
+    let mut w = client.get_async_connection().await?;
+    write_fenced(&mut w, &spread, N, "spread", 7).await?;
+    write_fenced(&mut w, &single, 1, "single", 7).await?;
+
+    // Slot ranges per master, from the slot map.
+    let mut ranges: Vec<MasterLag> = Vec::new();
+    for slot in 0..16384u16 {
+        let lag_ms = if master_of(slot) == behind { 60_000 } else { 0 };
+        match ranges.last_mut() {
+            Some(r) if r.last_slot + 1 == slot && (r.lag_ms == lag_ms) => r.last_slot = slot,
+            _ => ranges.push(MasterLag { first_slot: slot, last_slot: slot, lag_ms }),
+        }
+    }
+    let topic = create_topic(&binval_testkit::broker().bootstrap(), 1).await?;
+    let c = builder(&topic)
+        .redis_cluster(urls.clone())
+        .replicas(1)
+        .replicas_for_prefix("item:spread:", N)
+        .max_replica_reads(1)
+        .cache_mode(CacheMode::Prefixes(vec!["none:".into()]))
+        .max_staleness(Some(Duration::from_millis(1500)))
+        .build()
+        .await?;
+    let p = producer(&binval_testkit::broker().bootstrap())?;
+    let mut m = progress("shop", 0, 60_000, 1);
+    m.masters = Some(ranges);
+    // Reported again every 200 ms, as binval does, so the fresh masters stay fresh however
+    // slow the reads below are.
+    let (p2, topic2, m2) = (p.clone(), topic.clone(), m.clone());
+    let reporter = tokio::spawn(async move {
+        loop {
+            publish_progress(&p2, &topic2, &m2).await?;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        #[allow(unreachable_code)]
+        Ok::<(), anyhow::Error>(())
+    });
+    let t0 = Instant::now();
+    while c.stats().progress_messages == 0 {
+        anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "progress not seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.freeze_node(cluster.ports.iter().position(|&p| p == owners.masters[behind]).unwrap(), true);
+    for _ in 0..30 {
+        assert_eq!(c.get(&spread).await?.as_deref(), Some("spread"), "read from a master within the bound");
+    }
+    assert_eq!(c.stats().replica_read_timeouts, 0, "no read went to the lagging (frozen) master");
+    assert_eq!(c.stats().source_behind_refused, 0);
+    match c.get(&single).await {
+        Err(ConsumerError::SourceBehind { key, lag_ms, .. }) => assert!(key == single && lag_ms >= 60_000),
+        other => panic!("its only replica is on the lagging master: refused, got {other:?}"),
+    }
+    cluster.freeze_node(cluster.ports.iter().position(|&p| p == owners.masters[behind]).unwrap(), false);
+    reporter.abort();
+    c.shutdown().await;
+    Ok(())
+}
