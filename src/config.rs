@@ -338,6 +338,14 @@ pub struct KafkaConfig {
     /// `[kafka.sasl]`: SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
     #[serde(default)]
     pub sasl: Option<binval_security::SaslSettings>,
+    /// Every this many ms the leader sends one progress message
+    /// (`schemas/progress-message.schema.json`) to every partition of the topic: how far its
+    /// Redis writes and enqueued events are behind the source, so app instances can tell a
+    /// quiet source from a stalled writer ([`crate::write::progress`]). Default 200; 0 = off.
+    /// Consumers older than the progress message count each one as a bad message: upgrade them
+    /// first, or keep this 0 until then.
+    #[serde(default = "default_progress_interval_ms")]
+    pub progress_interval_ms: u64,
 }
 
 /// Where the checkpoint lives.
@@ -488,6 +496,9 @@ fn default_topic() -> String {
 fn default_true() -> bool {
     true
 }
+fn default_progress_interval_ms() -> u64 {
+    200
+}
 fn default_partitions() -> i32 {
     3
 }
@@ -635,6 +646,9 @@ impl Config {
         if self.kafka.partitions < 1 {
             return Err(bad("kafka.partitions".into(), "must be >= 1".into()));
         }
+        if self.kafka.progress_interval_ms > 60_000 {
+            return Err(bad("kafka.progress_interval_ms".into(), "must be 0 (off) or at most 60000 ms".into()));
+        }
         if self.checkpoint.store == CheckpointStore::File && self.checkpoint.path.is_none() {
             return Err(bad("checkpoint.path".into(), "required when checkpoint.store = \"file\"".into()));
         }
@@ -753,6 +767,7 @@ replicas = 8
         let c = Config::from_toml(OK).unwrap();
         assert_eq!(c.source.heartbeat_ms, 1000);
         assert_eq!(c.kafka.topic, "binval.invalidations");
+        assert_eq!(c.kafka.progress_interval_ms, 200);
         assert_eq!(c.mappings[0].mode, MappingMode::WriteThrough);
         assert_eq!(c.mappings[0].payload, Payload::Whole("row".into()));
     }
@@ -843,6 +858,7 @@ replicas = 8
             ("kafka", "partitions = 0", "kafka.partitions"),
             ("kafka", "replication_factor = 0", "kafka.replication_factor"),
             ("kafka", "replication_factor = 40000", "kafka.replication_factor"),
+            ("kafka", "progress_interval_ms = 60001", "kafka.progress_interval_ms"),
             ("kafka", "partitions = 2147483648", "partitions"),
             ("[mappings]", "ttl_secs = 9223372036854775807", "mappings[0].ttl_secs"),
             ("[mappings]", "ttl_secs = 18446744073709551616", "mappings[0].ttl_secs"),

@@ -105,6 +105,7 @@ fn register_zeros() {
         FENCED_NOOPS,
         REDIS_RETRIES,
         TOKEN_READS_SKIPPED,
+        PROGRESS_MESSAGES,
         CHECKPOINTS,
     ] {
         metrics::counter!(c).increment(0);

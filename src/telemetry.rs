@@ -63,6 +63,8 @@
 //! | `binval_redis_token_reads_skipped_total` | counter | groups | | Cluster groups whose replicas were written without first reading their version tokens, because a master did not answer within 500 ms (`write::redis_sink`) |
 //! | `binval_redis_groups_in_flight` | gauge | groups | | groups whose Redis writes are under way at once: 1 normally, more while a master is slow or frozen (`write::apply::apply_loop`) |
 //! | `binval_kafka_unacked_seconds` | gauge | s | | how long the oldest event not yet acknowledged by Kafka has waited (0: none waiting); past 3 s a warning repeats every 3 s (a frozen broker is otherwise silent) |
+//! | `binval_progress_messages_total` | counter | messages | | progress messages (`kafka.progress_interval_ms`, one per partition per round) the broker acknowledged |
+//! | `binval_progress_lag_seconds` | gauge | s | | the lag the last progress round announced: how far what is in Redis and enqueued is behind the source (0 when caught up at the end of the binlog; see [`crate::write::progress`]) |
 //! | `binval_checkpoints_total` | counter | saves | | checkpoints saved |
 //! | `binval_checkpoint_age_seconds` | gauge | s | | 0 when the saved checkpoint covers everything read; else seconds since the last save (leader) |
 //! | `binval_checkpoint_saved_timestamp_seconds` | gauge | Unix s | | when the last checkpoint was saved (or, after a start, when the loaded one was) |
@@ -164,6 +166,10 @@ pub mod names {
     pub const GROUPS_IN_FLIGHT: &str = "binval_redis_groups_in_flight";
     /// gauge, seconds (issue #22).
     pub const KAFKA_WAIT: &str = "binval_kafka_unacked_seconds";
+    /// counter (issue #22).
+    pub const PROGRESS_MESSAGES: &str = "binval_progress_messages_total";
+    /// gauge, seconds (issue #22).
+    pub const PROGRESS_LAG: &str = "binval_progress_lag_seconds";
     /// counter.
     pub const CHECKPOINTS: &str = "binval_checkpoints_total";
     /// gauge, seconds.
@@ -240,6 +246,8 @@ pub mod names {
         TOKEN_READS_SKIPPED,
         GROUPS_IN_FLIGHT,
         KAFKA_WAIT,
+        PROGRESS_MESSAGES,
+        PROGRESS_LAG,
         CHECKPOINTS,
         CHECKPOINT_AGE,
         CHECKPOINT_SAVED_TS,

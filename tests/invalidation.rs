@@ -339,7 +339,10 @@ async fn column_ddl_marks_every_key_of_the_table_stale() {
 /// Fail safe (I5): the broker hangs (frozen: no errors, no answers) under a reading app while
 /// the database keeps changing. After the staleness bound the app serves no value older than
 /// the database's (it reads Redis, which binval keeps writing); when the broker answers again
-/// it serves locally again.
+/// it serves locally again. binval's progress messages stop reaching the app as well, so once
+/// its source lag passes the bound too, a Redis value is no longer "fresh" for it: this app
+/// takes it anyway, flagged (`OnSourceBehind::ServeStale`; the default would ask a loader or
+/// refuse, see tests/progress.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
     let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
@@ -365,6 +368,7 @@ async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
         .redis_standalone(tk::redis().url())
         .max_staleness(Some(bound))
         .kafka_request_timeout(Duration::from_millis(500))
+        .on_source_behind(binval_consumer::OnSourceBehind::ServeStale)
         .build()
         .await
         .unwrap();

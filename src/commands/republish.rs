@@ -66,6 +66,7 @@ pub struct RepublishSummary {
     /// Events published again (0 in a dry run).
     pub republished: u64,
     /// Messages skipped because they are not invalidation events (reported, never re-sent).
+    /// binval's progress messages are neither counted nor re-sent.
     pub skipped: u64,
     /// Whether nothing was published.
     pub dry_run: bool,
@@ -235,12 +236,18 @@ fn read_range(
     let deadline = Instant::now() + Duration::from_secs(300);
     while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && Instant::now() < deadline {
         let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
-        last_msg = Instant::now();
         let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
         let (p, o) = (m.partition(), m.offset());
         if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
             remaining.remove(&p);
         }
+        if is_progress(&m) {
+            // binval's own progress messages (`write::progress`) say how far the writer was
+            // then; re-sending them would say it again, out of date. A running binval sends
+            // them all the time, so they do not count as activity for the idle end either.
+            continue;
+        }
+        last_msg = Instant::now();
         let ts = m.timestamp().to_millis().map(|t| t.max(0) as u64);
         if let (Some(to), Some(ts)) = (to_ms, ts) {
             if ts > to {
@@ -270,4 +277,12 @@ fn read_range(
         .into());
     }
     Ok((summary, to_send))
+}
+
+/// A message with the header `binval.kind: progress` ([`binval_protocol::KIND_HEADER`]).
+fn is_progress<M: Message>(m: &M) -> bool {
+    use rdkafka::message::Headers;
+    m.headers().is_some_and(|h| {
+        h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_PROGRESS.as_bytes()))
+    })
 }

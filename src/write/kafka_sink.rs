@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use binval_protocol::InvalidationEvent;
+use binval_protocol::{InvalidationEvent, ProgressMessage, KIND_HEADER, KIND_PROGRESS};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -129,6 +129,40 @@ impl KafkaSink {
                 Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue: {e}")).into()),
             }
         }
+    }
+
+    /// Enqueue one progress message ([`crate::write::progress`]) to partition `msg.partition`,
+    /// keyed by the source name, with the header [`KIND_HEADER`] = [`KIND_PROGRESS`] that tells
+    /// readers it is not an invalidation event. Never waits: `Ok(None)` when the producer's queue
+    /// is full (events come first; the round is tried again later). Enqueued after a group's
+    /// events, it is delivered after them (idempotent producer: one partition's messages in
+    /// enqueue order). Errors are transient (`enqueue progress to partition P: ...`).
+    pub fn enqueue_progress(&self, msg: &ProgressMessage) -> Result<Option<DeliveryFuture>, Error> {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let payload = msg.to_json();
+        let headers = OwnedHeaders::new().insert(Header { key: KIND_HEADER, value: Some(KIND_PROGRESS) });
+        let rec = FutureRecord::to(&self.topic).partition(msg.partition).key(msg.source.as_bytes()).payload(&payload).headers(headers);
+        match self.producer.send_result(rec) {
+            Ok(f) => Ok(Some(f)),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => Ok(None),
+            Err((e, _)) => Err(TransientError::Kafka(format!("enqueue progress to partition {}: {e}", msg.partition)).into()),
+        }
+    }
+
+    /// The partition ids of the topic, from fresh metadata (blocking librdkafka call, on a
+    /// blocking thread), bounded by `timeout`.
+    pub async fn partitions(&self, timeout: Duration) -> Result<Vec<i32>, Error> {
+        let (p, topic) = (self.producer.clone(), self.topic.clone());
+        let md = tokio::task::spawn_blocking(move || p.client().fetch_metadata(Some(&topic), timeout))
+            .await
+            .map_err(|e| TransientError::Kafka(format!("metadata task: {e}")))?
+            .map_err(|e| TransientError::Kafka(format!("metadata for topic {}: {e}", self.topic)))?;
+        let ids: Vec<i32> =
+            md.topics().iter().filter(|t| t.name() == self.topic).flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+        if ids.is_empty() {
+            return Err(TransientError::Kafka(format!("metadata for topic {}: no partitions", self.topic)).into());
+        }
+        Ok(ids)
     }
 
     /// Wait for the delivery of the event of `key` (`delivery`, from [`KafkaSink::enqueue`]).

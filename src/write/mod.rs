@@ -8,6 +8,7 @@
 //! | [`fence`] | the fence position of a transaction: the order every write is checked against |
 //! | [`redis_sink`] | replicas first, then the version token, fenced by position and fencing token |
 //! | [`kafka_sink`] | one invalidation event per key change |
+//! | [`progress`] | one progress message per partition every `kafka.progress_interval_ms`: how far the writes are behind the source |
 //! | [`key_state`] | what Redis holds for keys, read back in batches (dry runs, verify, inspect) |
 
 pub mod apply;
@@ -15,4 +16,5 @@ pub mod fence;
 pub mod group;
 pub mod kafka_sink;
 pub mod key_state;
+pub mod progress;
 pub mod redis_sink;

@@ -294,6 +294,9 @@ pub fn events_until(
     let until = Instant::now() + Duration::from_secs(30);
     while !want.is_subset(&got) && Instant::now() < until {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            if is_progress(&m) {
+                continue;
+            }
             let ev = InvalidationEvent::from_json(m.payload().unwrap()).unwrap();
             got.insert((ev.key, ev.version));
         }
@@ -355,12 +358,23 @@ pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
     let until = Instant::now() + Duration::from_secs(20);
     while out.len() < want && Instant::now() < until {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            if is_progress(&m) {
+                continue;
+            }
             let ev = InvalidationEvent::from_json(m.payload().unwrap()).expect("event parses");
             assert_eq!(m.key().unwrap(), ev.key.as_bytes(), "Kafka message key is the logical key");
             out.push(ev);
         }
     }
     out
+}
+
+/// A progress message of binval (header `binval.kind: progress`), not an invalidation event.
+pub fn is_progress<M: Message>(m: &M) -> bool {
+    use rdkafka::message::Headers;
+    m.headers().is_some_and(|h| {
+        h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_PROGRESS.as_bytes()))
+    })
 }
 
 /// Kills process `pid` (SIGKILL) if the test panics while it may still run, so a failed

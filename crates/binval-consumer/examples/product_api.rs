@@ -5,9 +5,11 @@
 //! Routes:
 //! - `GET /products/{id}` — the product's payload JSON (as binval wrote it from the row), read
 //!   through the consumer under the logical key `{BINVAL_KEY_PREFIX}{id}`. 404 when the row
-//!   does not exist, 503 when the miss rate limit refused the read (`Overloaded`), 502 for a
+//!   does not exist, 503 when the miss rate limit refused the read (`Overloaded`) or binval's
+//!   side is behind the bound without a loader (`SourceBehind`), 502 for a
 //!   Redis / decode error, 504 for a timeout.
-//! - `GET /stats` — whether it serves locally now and the fail safe's lag (`stream_lag_ms`,
+//! - `GET /stats` — whether it serves locally now and the fail safe's lags (`stream_lag_ms`,
+//!   `source_lag_ms` from binval's progress messages,
 //!   against `max_staleness_ms`), the share of reads served locally, the eviction lag of the
 //!   events of the last 10 s (publish -> applied here, p50 / p99 / max), the consumer's
 //!   counters (`bypass_reads`, `fail_safe_engaged`, `listener_rebuilds`, `stream_gaps`, …) and
@@ -187,7 +189,8 @@ async fn product(State(app): State<App>, Path(id): Path<u64>) -> Response {
         Ok(None) => (StatusCode::NOT_FOUND, Json(serde_json::json!({ "error": "no such product", "key": key }))).into_response(),
         Err(e) => {
             let status = match &e {
-                ConsumerError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+                // binval's side is behind the bound: no fresh value to give (retry later).
+                ConsumerError::Overloaded { .. } | ConsumerError::SourceBehind { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 ConsumerError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
                 _ => StatusCode::BAD_GATEWAY,
             };
@@ -205,6 +208,7 @@ async fn stats(State(app): State<App>) -> Json<serde_json::Value> {
     Json(serde_json::json!({
         "serving_local": c.is_serving_local(),
         "stream_lag_ms": c.stream_lag().as_millis() as u64,
+        "source_lag_ms": c.source_lag().map(|l| l.as_millis() as u64),
         "max_staleness_ms": app.max_staleness.map(|d| d.as_millis() as u64),
         "served_locally_share": if reads == 0 { None } else { Some(s.hits as f64 / reads as f64) },
         "eviction_lag_publish_to_applied": app.lags.lock().unwrap_or_else(|p| p.into_inner()).summary(Instant::now()),

@@ -21,7 +21,7 @@ use crate::front;
 use crate::hot::HotKey;
 use crate::loader::LoaderFn;
 use crate::redis_conn::RedisConn;
-use crate::single_flight::SingleFlight;
+use crate::single_flight::{Freshness, SingleFlight};
 use crate::state::{EvictionNotice, Shared};
 use crate::stats::Stats;
 use crate::ConsumerBuilder;
@@ -40,6 +40,58 @@ pub enum CacheMode {
     /// crate docs). A key is judged when it misses; once cached it stays until an event, its
     /// TTL or the bounds remove it, and is judged again at its next miss.
     HotOnly,
+}
+
+/// What a read does when binval's progress messages say the source side is behind
+/// [`ConsumerBuilder::max_staleness`] for every replica of the key
+/// ([`ConsumerBuilder::on_source_behind`]; see "The source side" in the crate docs). The local
+/// cache is bypassed in any case; this decides what a Redis read may stand for then.
+///
+/// Why the default does not serve Redis: while binval's writes stall (a frozen Redis master,
+/// the source out of reach), the replicas keep the values of before the stall, and nothing in
+/// a replica record says it is older than the bound. Serving it as usual would be exactly the
+/// failure of issue #22: a value older than the bound served as if it were fresh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnSourceBehind {
+    /// The default: ask the [`ConsumerBuilder::loader`] (the database) instead of Redis, not
+    /// cached ([`crate::Stats::source_behind_loaded`]); without a loader, refuse with
+    /// [`ConsumerError::SourceBehind`] ([`crate::Stats::source_behind_refused`]). Mind the
+    /// load: every `get` of the bypassed cache reaches the loader (concurrent ones of a key
+    /// share one call), so set the miss rate limits ([`ConsumerBuilder::max_fills_per_sec`])
+    /// if the database cannot take the whole read rate.
+    #[default]
+    LoadOrRefuse,
+    /// Serve what Redis holds (missing replicas: the loader if set), not cached, flagged:
+    /// [`Consumer::get_flagged`] returns it with [`Stale::SourceBehind`], and
+    /// [`crate::Stats::source_behind_flagged`] counts it; [`Consumer::get`] returns the value
+    /// alone. For apps that prefer an old value to none and can say so to their users.
+    ServeStale,
+    /// Refuse every such read with [`ConsumerError::SourceBehind`], loader or not.
+    Refuse,
+}
+
+/// Why a value [`Consumer::get_flagged`] returned may be older than the bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stale {
+    /// The stale copy of an evicted entry, served because the miss rate limit refused the fill
+    /// ([`ConsumerBuilder::stale_ttl`]).
+    Copy,
+    /// Read from Redis while binval's progress said the source side was `lag` behind
+    /// ([`OnSourceBehind::ServeStale`]): the value may be that old, or older.
+    SourceBehind {
+        /// The source lag of the freshest replica of the key.
+        lag: Duration,
+    },
+}
+
+/// A value with what is known about its freshness ([`Consumer::get_flagged`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flagged {
+    /// The payload, `None` when the row does not exist (as [`Consumer::get_shared`]).
+    pub value: Option<Arc<str>>,
+    /// `None`: within the bound (a local hit, a fresh replica, the loader); else why not.
+    pub stale: Option<Stale>,
 }
 
 /// The handle an app instance keeps: a local cache in front of binval's Redis replicas, kept
@@ -68,6 +120,11 @@ pub(crate) struct Inner {
     /// Use the per-thread front ([`front`]).
     pub(crate) thread_front: bool,
     pub(crate) response_timeout: Duration,
+    /// Soft bound of one replica read before the next replica is read too
+    /// ([`ConsumerBuilder::replica_read_timeout`]).
+    pub(crate) replica_read_timeout: Duration,
+    /// What a read does while the source side is behind ([`ConsumerBuilder::on_source_behind`]).
+    pub(crate) on_source_behind: OnSourceBehind,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) stop: Arc<AtomicBool>,
     /// Single-flight: the fill in flight per key (see [`SingleFlight`]).
@@ -144,7 +201,38 @@ impl Consumer {
             Lookup::Hit(value) => Ok(value),
             // Boxed: keeps this future small, so a hit does not build (or move) the whole state
             // of a fill; the allocation is paid by misses only, next to a Redis round trip.
-            Lookup::Fill { cache } => self.fill_single_flight(key, cache).boxed().await,
+            Lookup::Fill { cache } => Ok(self.fill_single_flight(key, cache).boxed().await?.value),
+        }
+    }
+
+    /// Like [`Consumer::get_shared`], and says whether the value may be older than the bound:
+    /// [`Stale::SourceBehind`] for a Redis value served while the source side was behind
+    /// ([`OnSourceBehind::ServeStale`]), [`Stale::Copy`] for the stale copy the miss rate limit
+    /// fell back to; `stale: None` for everything else (a local hit, a fresh replica, the
+    /// loader). Errors as [`Consumer::get`], including [`ConsumerError::SourceBehind`] with the
+    /// other [`OnSourceBehind`] choices.
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// use binval_consumer::Stale;
+    /// let read = consumer.get_flagged("item:detail:6666").await?;
+    /// if let Some(Stale::SourceBehind { lag }) = read.stale {
+    ///     println!("may be {} ms old", lag.as_millis()); // e.g. add a response header
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_flagged(&self, key: &str) -> Result<Flagged, ConsumerError> {
+        match self.lookup(key) {
+            Lookup::Hit(value) => Ok(Flagged { value, stale: None }),
+            Lookup::Fill { cache } => {
+                let f = self.fill_single_flight(key, cache).boxed().await?;
+                let stale = match f.how {
+                    Freshness::StaleCopy if f.value.is_some() => Some(Stale::Copy),
+                    Freshness::SourceBehind(lag) => Some(Stale::SourceBehind { lag }),
+                    _ => None,
+                };
+                Ok(Flagged { value: f.value, stale })
+            }
         }
     }
 
@@ -308,8 +396,9 @@ impl Consumer {
     }
 
     /// `true` while `get` may serve from and fill into the local cache; `false` while the
-    /// fail-safe bypasses it (invalidation stream lost, its lag past
-    /// [`ConsumerBuilder::max_staleness`], listener ended, or after [`Consumer::shutdown`]).
+    /// fail-safe bypasses it (invalidation stream lost, its lag or the source lag
+    /// ([`Consumer::source_lag`]) past [`ConsumerBuilder::max_staleness`], listener ended, or
+    /// after [`Consumer::shutdown`]).
     /// See the crate docs, "Fail safe".
     pub fn is_serving_local(&self) -> bool {
         self.inner.shared.is_serving_local()
@@ -325,6 +414,18 @@ impl Consumer {
         self.inner.shared.fail_safe.lag(Instant::now())
     }
 
+    /// How far behind the source binval's side is, by its progress messages: the worst, over
+    /// every (source, partition), of the newest message's `lag_ms` plus the time since this
+    /// instance received it (its own monotonic clock; no clock of another host is compared).
+    /// `None` until a progress message has been seen (a binval older than the progress
+    /// message sends none), unless [`ConsumerBuilder::require_progress`] is set: then it counts
+    /// from `build()` on. Past [`ConsumerBuilder::max_staleness`] the local cache is bypassed
+    /// and Redis reads follow [`ConsumerBuilder::on_source_behind`]. Also exported as the
+    /// gauge `binval_consumer_source_lag_ms`. See the crate docs, "The source side".
+    pub fn source_lag(&self) -> Option<Duration> {
+        self.inner.shared.fail_safe.source_lag(Instant::now())
+    }
+
     /// The listener's Kafka `group.id` (unique per instance; no group join, no commits).
     pub fn group_id(&self) -> &str {
         &self.inner.group_id
@@ -337,7 +438,9 @@ impl Consumer {
 
     /// Stop the listener and wait for it and librdkafka's teardown, at most the shutdown
     /// timeout (default 5 s; teardown that takes longer is abandoned with a warning). Afterwards
-    /// `get` still works but reads Redis every time. Calling it again returns at once.
+    /// `get` still works but reads Redis every time; once binval's progress messages counted,
+    /// none is received any more, so after [`ConsumerBuilder::max_staleness`] reads follow
+    /// [`ConsumerBuilder::on_source_behind`]. Calling it again returns at once.
     pub async fn shutdown(&self) {
         let inner = &*self.inner;
         inner.stop.store(true, SeqCst);

@@ -73,6 +73,23 @@ pub enum ConsumerError {
         /// The loader's error, as text (`Display` of the error it returned).
         reason: String,
     },
+    /// binval's progress messages say the source side is behind
+    /// [`crate::ConsumerBuilder::max_staleness`] for every replica of `key` (its Redis writes
+    /// stalled: a frozen Redis master, the source out of reach, binval itself stopped, or its
+    /// progress no longer arriving), so no replica may be served as fresh, and
+    /// [`crate::ConsumerBuilder::on_source_behind`] says to refuse (the default does when no
+    /// loader is set). Nothing was read from Redis. Retry later, serve a default, or fail the
+    /// request; see [`crate::OnSourceBehind`] for the other choices.
+    #[error("key `{key}`: the source side is {lag_ms} ms behind (bound {bound_ms} ms, max_staleness), so no replica is fresh enough to serve; refused (on_source_behind)")]
+    SourceBehind {
+        /// The logical key that was read.
+        key: String,
+        /// The source lag of the key's freshest replica, ms (progress `lag_ms` + time since
+        /// it was received).
+        lag_ms: u64,
+        /// The bound, ms.
+        bound_ms: u64,
+    },
 }
 
 impl ConsumerError {

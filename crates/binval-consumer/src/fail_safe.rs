@@ -30,15 +30,40 @@
 //! half the bound, so a lag near the bound does not flap.
 //!
 //! So a value served locally at time `now` has seen every event the broker acknowledged
-//! before `now - bound`; what the bound does not cover is binval's own publish delay (commit to
-//! broker ack), which binval bounds on its side.
+//! before `now - bound`. What this does not cover is the *source side*: binval's Redis writes
+//! and events can stall (a frozen Redis master) while the stream, with nothing new in it,
+//! stays confirmed. That is what binval's progress messages are for.
+//!
+//! **The source lag (issue #22).** binval sends a progress message
+//! ([`binval_protocol::ProgressMessage`]) to every partition every
+//! `kafka.progress_interval_ms`: its own lag, `lag_ms`, how far what is in Redis and enqueued is
+//! behind the source. The listener records, per (source, partition), the newest message's
+//! `lag_ms` and the instant it was received (monotonic: no clock of another host is read); the
+//! source lag is the worst over them of `lag_ms + (now - received)`
+//! ([`crate::Consumer::source_lag`], gauge `binval_consumer_source_lag_ms`). So a binval that
+//! stops sending (frozen, cut off, its broker gone) makes it grow by itself. It counts only
+//! once a progress message has been seen (consumers of an older binval keep the stream lag
+//! alone), or from `build()` on with [`crate::ConsumerBuilder::require_progress`]. Past the
+//! bound the local cache is bypassed like for the stream lag, and a Redis read is not served as
+//! fresh either ([`crate::ConsumerBuilder::on_source_behind`]); local serving resumes (cache
+//! cleared) once both lags are under half the bound. Messages of a source with a lower fencing
+//! token than the highest seen (an old leader) are ignored; a message that names another
+//! partition than the one it was read from is a bad message. When a message carries per-slot
+//! lags (`masters`), each hash slot has its own lag ([`FailSafe::slot_lags`]), and a read
+//! skips replicas whose slot is past the bound when the key has another.
+//!
+//! Not covered: the time a progress message spends between binval's producer and this
+//! listener (milliseconds normally; binval enqueues a round only after the previous one was
+//! delivered, so at most one waits while the broker is slow, and the stream lag reports a slow
+//! broker on its own).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use binval_protocol::{MasterLag, ProgressMessage};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
@@ -118,14 +143,146 @@ struct State {
     lost_at: Option<Instant>,
     /// The lag went past the bound and has not come back under half of it.
     lagging: bool,
+    /// The source lag went past the bound and has not come back under half of it.
+    source_lagging: bool,
     /// The listener ended: never serve locally again.
     ended: bool,
+    /// What binval's progress messages said.
+    progress: Progress,
+}
+
+/// At most this many (source, partition) pairs are tracked; a source beyond it is ignored
+/// (with a warning). A topic has a few sources and partitions.
+const MAX_TRACKED: usize = 4096;
+
+/// The newest progress message of one (source, partition).
+#[derive(Debug, Clone)]
+struct Seen {
+    /// Its `lag_ms`.
+    lag: Duration,
+    /// When the listener received it (or when the pair started to count without one).
+    at: Instant,
+    /// Its per-slot lags, if it had any.
+    masters: Option<Vec<MasterLag>>,
+}
+
+impl Seen {
+    /// Lag of the replicas in `slot` (or of the whole source, `None`) at `now`.
+    fn lag_at(&self, slot: Option<u16>, now: Instant) -> Duration {
+        let lag = match (slot, &self.masters) {
+            (Some(slot), Some(ranges)) => {
+                ranges.iter().find(|r| (r.first_slot..=r.last_slot).contains(&slot)).map_or(self.lag, |r| Duration::from_millis(r.lag_ms))
+            }
+            _ => self.lag,
+        };
+        lag + now.saturating_duration_since(self.at)
+    }
+}
+
+/// The source side as binval's progress messages describe it.
+#[derive(Debug)]
+struct Progress {
+    /// The source lag counts: a progress message was seen, or they are required.
+    on: bool,
+    /// Since when it counts (build time with `require_progress`, else the first message): the
+    /// lag while no message has been seen at all.
+    since: Instant,
+    /// Newest message per (source, partition).
+    seen: HashMap<(String, i32), Seen>,
+    /// Highest fencing token seen per source.
+    tokens: HashMap<String, u64>,
+}
+
+/// What recording one progress message did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    /// Taken.
+    Taken,
+    /// From an older tenure of its source (lower fencing token): ignored.
+    OldTenure { highest: u64 },
+    /// A new source beyond [`MAX_TRACKED`] pairs: ignored.
+    TooMany,
 }
 
 impl FailSafe {
+    #[cfg(test)]
     pub(crate) fn new(bound: Option<Duration>) -> Self {
-        let state = State { confirmed_at: Instant::now(), lost_at: None, lagging: false, ended: false };
+        Self::with_progress(bound, false)
+    }
+
+    /// `require_progress`: the source lag counts from now on, even before a progress message.
+    pub(crate) fn with_progress(bound: Option<Duration>, require_progress: bool) -> Self {
+        let now = Instant::now();
+        let progress = Progress { on: require_progress, since: now, seen: HashMap::new(), tokens: HashMap::new() };
+        let state = State { confirmed_at: now, lost_at: None, lagging: false, source_lagging: false, ended: false, progress };
         FailSafe { bound, state: Mutex::new(state) }
+    }
+
+    /// The lag bound ([`crate::ConsumerBuilder::max_staleness`]).
+    pub(crate) fn bound(&self) -> Option<Duration> {
+        self.bound
+    }
+
+    /// Record progress message `m`, read from `partition` at `now`. `partitions`: every
+    /// partition the listener reads: the first message of a source makes each of them count
+    /// for that source from `now` on (a partition that then gets none grows old like one
+    /// whose messages stopped).
+    pub(crate) fn progress(&self, m: &ProgressMessage, partitions: impl Iterator<Item = i32>, now: Instant) -> Recorded {
+        let mut st = self.lock();
+        let p = &mut st.progress;
+        let highest = p.tokens.get(m.source.as_str()).copied();
+        if highest.is_some_and(|h| m.fencing_token < h) {
+            return Recorded::OldTenure { highest: highest.unwrap_or(0) };
+        }
+        if highest.is_none() {
+            let pairs: Vec<i32> = partitions.collect();
+            if p.seen.len() + pairs.len() + 1 > MAX_TRACKED {
+                return Recorded::TooMany;
+            }
+            if !p.on {
+                p.on = true;
+                p.since = now;
+            }
+            for q in pairs {
+                p.seen.entry((m.source.clone(), q)).or_insert(Seen { lag: Duration::ZERO, at: now, masters: None });
+            }
+        }
+        p.tokens.insert(m.source.clone(), m.fencing_token);
+        let seen = Seen { lag: Duration::from_millis(m.lag_ms), at: now, masters: m.masters.clone() };
+        p.seen.insert((m.source.clone(), m.partition), seen);
+        Recorded::Taken
+    }
+
+    /// Partitions added to the topic (assigned from now on): they count for every source known
+    /// from `now` on.
+    pub(crate) fn partitions_added(&self, added: &[i32], now: Instant) {
+        let mut st = self.lock();
+        let p = &mut st.progress;
+        let sources: Vec<String> = p.tokens.keys().cloned().collect();
+        for s in sources {
+            for &q in added {
+                if p.seen.len() < MAX_TRACKED {
+                    p.seen.entry((s.clone(), q)).or_insert(Seen { lag: Duration::ZERO, at: now, masters: None });
+                }
+            }
+        }
+    }
+
+    /// The source lag at `now` (the worst (source, partition)); `None` while it does not count
+    /// (no progress message seen and none required).
+    pub(crate) fn source_lag(&self, now: Instant) -> Option<Duration> {
+        source_lag_of(&self.lock().progress, None, now)
+    }
+
+    /// The lag of each of `slots` (hash slots of a key's replicas) at `now`, per the newest
+    /// progress messages (a slot outside every `masters` range has the source's lag); `None`
+    /// while the source lag does not count.
+    pub(crate) fn slot_lags(&self, slots: &[u16], now: Instant) -> Option<Vec<Duration>> {
+        let st = self.lock();
+        if !st.progress.on {
+            return None;
+        }
+        Some(slots.iter().map(|&slot| source_lag_of(&st.progress, Some(slot), now).unwrap_or_default()).collect())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -167,13 +324,17 @@ impl FailSafe {
         shared.stop_serving_local();
     }
 
-    /// Apply the bound at `now`: stop serving locally when the lag is past it; resume (the
-    /// local cache cleared first) when the lag is back under half of it and the stream is not
-    /// lost. Also sets the lag gauge.
+    /// Apply the bound at `now`: stop serving locally when the stream lag or the source lag is
+    /// past it; resume (the local cache cleared first) when both are back under half of it and
+    /// the stream is not lost. Also sets the lag gauges.
     pub(crate) fn evaluate(&self, shared: &Shared, now: Instant, topic: &str) {
         let mut st = self.lock();
         let lag = now.saturating_duration_since(st.confirmed_at);
         shared.counters.stream_lag(lag);
+        let source_lag = source_lag_of(&st.progress, None, now);
+        if let Some(l) = source_lag {
+            shared.counters.source_lag(l);
+        }
         if st.ended {
             return;
         }
@@ -192,11 +353,27 @@ impl FailSafe {
             } else if st.lagging && lag <= bound / 2 {
                 st.lagging = false;
             }
+            let source_lag = source_lag.unwrap_or_default();
+            if !st.source_lagging && source_lag > bound {
+                st.source_lagging = true;
+                warn!(
+                    topic,
+                    source_lag_ms = source_lag.as_millis() as u64,
+                    bound_ms = bound.as_millis() as u64,
+                    "binval's progress messages say the source side (its Redis writes) is behind the bound; bypassing the local cache, and Redis reads follow on_source_behind"
+                );
+                if shared.stop_serving_local() {
+                    shared.counters.fail_safe_engaged();
+                }
+            } else if st.source_lagging && source_lag <= bound / 2 {
+                st.source_lagging = false;
+                info!(topic, source_lag_ms = source_lag.as_millis() as u64, "binval's progress messages say the source side caught up");
+            }
         }
         if st.lost_at.is_some_and(|lost| st.confirmed_at > lost) {
             st.lost_at = None;
         }
-        if !st.lagging && st.lost_at.is_none() && shared.resume_serving_local() {
+        if !st.lagging && !st.source_lagging && st.lost_at.is_none() && shared.resume_serving_local() {
             info!(
                 topic,
                 lag_ms = lag.as_millis() as u64,
@@ -204,6 +381,16 @@ impl FailSafe {
             );
         }
     }
+}
+
+/// The worst lag over every tracked (source, partition) at `now`, of `slot` (`None`: the
+/// whole source); the time since the progress began to count while none is tracked; `None`
+/// while it does not count.
+fn source_lag_of(p: &Progress, slot: Option<u16>, now: Instant) -> Option<Duration> {
+    if !p.on {
+        return None;
+    }
+    Some(p.seen.values().map(|s| s.lag_at(slot, now)).max().unwrap_or_else(|| now.saturating_duration_since(p.since)))
 }
 
 /// What the checker thread tells the listener, in order (a partition is announced before any
@@ -394,6 +581,7 @@ mod tests {
             },
             hot: None,
             max_staleness: Some(bound),
+            require_progress: false,
         })
     }
 
@@ -438,6 +626,90 @@ mod tests {
         fs.confirmed(Instant::now());
         fs.evaluate(&s, Instant::now(), "t");
         assert!(!s.is_serving_local(), "after the end: never again");
+    }
+
+    fn progress(source: &str, partition: i32, lag_ms: u64, token: u64) -> ProgressMessage {
+        ProgressMessage {
+            schema: 1,
+            source: source.into(),
+            partition,
+            position: None,
+            commit_time_ms: 0,
+            lag_ms,
+            fencing_token: token,
+            publish_time_ms: 0,
+            masters: None,
+        }
+    }
+
+    /// The source lag: nothing until a progress message (or required); then the worst of
+    /// `lag_ms + time since received` over (source, partition), every partition counting from
+    /// the first message on; an older tenure is ignored; past the bound local serving stops,
+    /// and resumes under half of it.
+    #[test]
+    fn the_source_lag_follows_progress_messages() {
+        let s = shared(Duration::from_secs(1));
+        let fs = &s.fail_safe;
+        let t0 = Instant::now().checked_sub(Duration::from_secs(10)).expect("monotonic clock past 10 s");
+        fs.start(t0);
+        assert_eq!(fs.source_lag(t0 + Duration::from_secs(5)), None, "no progress seen: does not count");
+        assert_eq!(fs.progress(&progress("shop", 0, 100, 3), [0, 1].into_iter(), t0), Recorded::Taken);
+        assert_eq!(fs.source_lag(t0), Some(Duration::from_millis(100)));
+        // Partition 1 got none: it counts from the first message on (lag 0 then).
+        assert_eq!(fs.source_lag(t0 + Duration::from_millis(50)), Some(Duration::from_millis(150)));
+        fs.progress(&progress("shop", 0, 0, 3), [0, 1].into_iter(), t0 + Duration::from_millis(400));
+        fs.progress(&progress("shop", 1, 0, 3), [0, 1].into_iter(), t0 + Duration::from_millis(400));
+        assert_eq!(fs.source_lag(t0 + Duration::from_millis(500)), Some(Duration::from_millis(100)));
+        // An old leader's message is ignored.
+        assert_eq!(
+            fs.progress(&progress("shop", 0, 9_000, 2), [0, 1].into_iter(), t0 + Duration::from_millis(500)),
+            Recorded::OldTenure { highest: 3 }
+        );
+        assert_eq!(fs.source_lag(t0 + Duration::from_millis(500)), Some(Duration::from_millis(100)));
+        // binval reports a stall on partition 1: past the bound, local serving stops.
+        fs.confirmed(t0 + Duration::from_millis(900));
+        fs.progress(&progress("shop", 1, 1_500, 3), [0, 1].into_iter(), t0 + Duration::from_millis(900));
+        fs.evaluate(&s, t0 + Duration::from_millis(950), "t");
+        assert!(!s.is_serving_local(), "source lag 1.55 s > bound 1 s");
+        assert_eq!(s.counters.snapshot().fail_safe_engaged, 1);
+        // Caught up, but only under half the bound resumes.
+        fs.progress(&progress("shop", 0, 0, 3), [0, 1].into_iter(), t0 + Duration::from_millis(1_000));
+        fs.progress(&progress("shop", 1, 300, 3), [0, 1].into_iter(), t0 + Duration::from_millis(1_000));
+        fs.confirmed(t0 + Duration::from_millis(1_000));
+        fs.evaluate(&s, t0 + Duration::from_millis(1_250), "t");
+        assert!(!s.is_serving_local(), "source lag 0.55 s: not under half the bound yet");
+        fs.progress(&progress("shop", 1, 0, 3), [0, 1].into_iter(), t0 + Duration::from_millis(1_300));
+        fs.evaluate(&s, t0 + Duration::from_millis(1_310), "t");
+        assert!(s.is_serving_local(), "both lags under half the bound: resumed");
+        // Messages stop arriving: the lag grows by itself.
+        assert_eq!(fs.source_lag(t0 + Duration::from_millis(3_300)), Some(Duration::from_millis(2_300)));
+        // A partition added later counts from when it was assigned.
+        fs.partitions_added(&[2], t0 + Duration::from_millis(3_300));
+        assert_eq!(fs.slot_lags(&[0], t0 + Duration::from_millis(3_300)), Some(vec![Duration::from_millis(2_300)]));
+    }
+
+    /// Per-slot lags: a range's own lag for its slots, the overall lag elsewhere; `require_progress`
+    /// counts from the start.
+    #[test]
+    fn slot_lags_use_the_masters_ranges() {
+        let fs = FailSafe::with_progress(Some(Duration::from_secs(1)), true);
+        let t0 = Instant::now();
+        assert!(
+            fs.source_lag(t0 + Duration::from_millis(10)).is_some_and(|l| l >= Duration::from_millis(10)),
+            "required: counts from the start"
+        );
+        let mut m = progress("shop", 0, 5_000, 1);
+        m.masters = Some(vec![
+            MasterLag { first_slot: 0, last_slot: 8191, lag_ms: 20 },
+            MasterLag { first_slot: 8192, last_slot: 16383, lag_ms: 5_000 },
+        ]);
+        fs.progress(&m, [0].into_iter(), t0);
+        assert_eq!(
+            fs.slot_lags(&[0, 8191, 8192], t0 + Duration::from_millis(10)),
+            Some(vec![Duration::from_millis(30), Duration::from_millis(30), Duration::from_millis(5_010)])
+        );
+        assert_eq!(fs.source_lag(t0), Some(Duration::from_millis(5_000)));
+        assert_eq!(FailSafe::new(Some(Duration::from_secs(1))).slot_lags(&[0], t0), None, "no progress: no slot lags");
     }
 
     /// The queue is bounded; the oldest goes first.

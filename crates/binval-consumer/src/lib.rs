@@ -13,7 +13,7 @@
 //! # #[derive(serde::Deserialize)] struct Item { id: u64 }
 //! # async fn f() -> Result<(), binval_consumer::ConsumerError> {
 //! use std::time::Duration;
-//! use binval_consumer::CacheMode;
+//! use binval_consumer::{CacheMode, OnSourceBehind};
 //!
 //! let consumer = binval_consumer::Consumer::builder()
 //!     .redis_cluster(["redis://10.0.0.1:7001"])       // or .redis_standalone(url)
@@ -37,6 +37,8 @@
 //!         Ok::<Option<String>, String>(None)
 //!     })
 //!     .max_staleness(Some(Duration::from_secs(2)))     // fail safe: bypass past this lag
+//!     .on_source_behind(OnSourceBehind::LoadOrRefuse)  // binval's side behind: loader, else an error
+//!     .replica_read_timeout(Duration::from_millis(100)) // a slow master: read another one's replica too
 //!     .kafka_property("fetch.wait.max.ms", "250")      // librdkafka passthrough (large Kafka cluster)
 //!     .build()
 //!     .await?;                                         // listener assigned at newest offsets
@@ -60,7 +62,8 @@
 //!   replica nodes, single-flight, TTL jitter and refresh-ahead, the per-thread front.
 //! - [Typed reads and the loader](#typed-reads-and-the-loader).
 //! - [Invalidation and the fail safe](#invalidation-and-the-fail-safe): the evict rule, the fill
-//!   race, batches, why no consumer group, the fail safe.
+//!   race, batches, why no consumer group, the fail safe, the source side (binval's progress
+//!   messages) and what a read does while it is behind.
 //! - [Hot-key detection](#hot-key-detection) and what to cache.
 //! - [Bounds](#bounds): entries, bytes, the miss rate limits and the stale fallback.
 //! - [Metrics](#metrics).
@@ -163,6 +166,26 @@
 //! Redis round trip of tens of microseconds), so it is not cached. The share can only be even
 //! over the masters that hold one of the key's replicas: `binval check` reports, per mapping,
 //! how sampled keys spread and warns when N is below the number of masters.
+//!
+//! ## A master that does not answer in time
+//!
+//! A Redis master that stops answering without resetting its connections (frozen, its host
+//! swapping, a network black hole) would make every read sent to it wait the whole
+//! [`ConsumerBuilder::redis_response_timeout`] (200 ms). So each read also has a soft bound,
+//! [`ConsumerBuilder::replica_read_timeout`] (default 100 ms): when it passes, the fill reads
+//! the next replica in its order as well — on another master — and takes whichever value or
+//! tombstone arrives first (the slow read may still win, until its hard bound). With one of
+//! three masters SIGSTOPped, reads of a key with replicas on the others take about the soft
+//! bound instead of failing or waiting the hard one (`tests/frozen_master.rs`);
+//! [`Stats::replica_read_timeouts`] counts the slow reads. The caching rules do not change: any
+//! answer is one replica record's exact (value, position) pair, and the fill-race guard refuses
+//! it when an event with a newer version was applied meanwhile. Within
+//! [`ConsumerBuilder::max_replica_reads`]; a key whose replicas are all on the frozen master
+//! has nothing to move to. Redis Cluster itself marks a frozen master failed after
+//! `cluster-node-timeout`; with `cluster-require-full-coverage yes` (Redis's default) the
+//! others then refuse every key (`CLUSTERDOWN`) until it is back or failed over, so the
+//! replicas on other masters help until then, and for good with
+//! `cluster-require-full-coverage no`.
 //!
 //! ## Missing keys and the bound on reads
 //!
@@ -329,8 +352,9 @@
 //! ## Fail safe
 //!
 //! While the listener cannot see the stream, entries may go stale without an event to evict
-//! them. So the consumer measures how far behind the stream it is, and stops serving locally
-//! when that lag exceeds [`ConsumerBuilder::max_staleness`] (default 2 s): [`Consumer::get`]
+//! them. So the consumer measures how far behind the stream it is (and, from binval's
+//! progress messages, how far behind binval itself is: "The source side" below), and stops
+//! serving locally when that lag exceeds [`ConsumerBuilder::max_staleness`] (default 2 s): [`Consumer::get`]
 //! then reads Redis every time and caches nothing ([`Consumer::is_serving_local`] is `false`,
 //! metric `binval_consumer_serving_local` 0, [`Stats::fail_safe_engaged`] counts the stops).
 //!
@@ -365,6 +389,69 @@
 //! connections are presumed wedged: it is replaced by a new one, started at the last confirmed
 //! high watermarks (a few events are re-read; harmless, the evict rule is idempotent), and
 //! [`Stats::listener_rebuilds`] counts it. A busy stream or a frozen broker never causes one.
+//!
+//! ## The source side: binval's progress messages
+//!
+//! The lag above is the stream's: it says nothing about binval itself. With one Redis master
+//! frozen, binval's writes wait for it, no events arrive, the stream "looks caught up" — and
+//! the local values, and the replicas a fill reads, grow old (issue #22). So binval (with
+//! `kafka.progress_interval_ms`, default 200) sends a progress message
+//! ([`binval_protocol::ProgressMessage`], header `binval.kind: progress`) to every partition:
+//! how far what it has in Redis and enqueued is behind the source (`lag_ms`, 0 when caught up
+//! at the end of the binlog). The listener tells them from events by the header, never applies
+//! them as invalidations (one that does not decode is a bad message, like a bad event), and
+//! keeps, per source and partition, the newest one's `lag_ms` and when it received it.
+//!
+//! **The source lag** ([`Consumer::source_lag`], gauge `binval_consumer_source_lag_ms`) is the
+//! worst, over them, of `lag_ms` + the time since it was received: the instance's own
+//! monotonic clock, never another host's. It grows by itself when the messages stop (binval
+//! frozen or cut off, the broker gone) and jumps when binval reports a stall. It counts once a
+//! progress message has been seen — an instance on the topic of an older binval, which sends
+//! none, keeps today's behaviour — or from `build()` on with
+//! [`ConsumerBuilder::require_progress`]. A message of an older tenure of its source (a lower
+//! fencing token: an old leader not yet aware it lost the lease) is ignored.
+//!
+//! **Past the bound** ([`ConsumerBuilder::max_staleness`]) the local cache is bypassed, as for
+//! the stream lag, and a Redis read is not served as fresh either: the replicas hold what
+//! binval wrote before the stall, and nothing in a record says it is too old.
+//! [`ConsumerBuilder::on_source_behind`] says what a read does instead
+//! ([`OnSourceBehind`]): by default the [`ConsumerBuilder::loader`] (the database) when one is
+//! set, else [`ConsumerError::SourceBehind`]; or a Redis value flagged stale
+//! ([`Consumer::get_flagged`] returns [`Stale::SourceBehind`]); or always an error. Nothing is
+//! cached meanwhile. Local serving resumes (cache cleared) once the stream lag and the source
+//! lag are both back under half the bound. With per-slot-range lags in the messages
+//! (`masters`, which a binval may fill in), each replica has the lag of its slot: a replica on
+//! a master within the bound is read, as fresh, and one on a master past it is skipped when the
+//! key has another.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), binval_consumer::ConsumerError> {
+//! use binval_consumer::{OnSourceBehind, Stale};
+//! let consumer = binval_consumer::Consumer::builder()
+//!     .redis_standalone("redis://127.0.0.1:6379")
+//!     .brokers("127.0.0.1:9092")
+//!     .topic("binval.invalidations")
+//!     .on_source_behind(OnSourceBehind::ServeStale) // an old value rather than none ...
+//!     .require_progress(true)                       // every binval on the topic sends progress
+//!     .build()
+//!     .await?;
+//! let read = consumer.get_flagged("item:detail:6666").await?;
+//! if let Some(Stale::SourceBehind { lag }) = read.stale {
+//!     println!("... said so: may be {} ms old", lag.as_millis());
+//! }
+//! println!("source lag {:?}", consumer.source_lag());
+//! # Ok(()) }
+//! ```
+//!
+//! What it does not cover: the time a progress message spends between binval's producer and
+//! this listener (milliseconds; binval keeps at most one round in flight, and a slow broker
+//! shows in the stream lag). Its resolution: binval dates changes by binlog commit times,
+//! whole seconds, so a binval that keeps up reports up to about a second under a steady
+//! stream of commits (and after a quiet commit until the primary's next heartbeat,
+//! `source.heartbeat_ms`, default 1 s): keep [`ConsumerBuilder::max_staleness`] at 2 s or more
+//! (`tests/progress.rs` checks that a busy source never trips the default).
+//!
+//! ## Gaps and truncates
 //!
 //! A gap in a partition's offsets (events deleted by retention before they were read, a
 //! broker that lost its log) clears the local cache at once ([`Stats::stream_gaps`]): an event
@@ -509,13 +596,17 @@
 //! | `binval_consumer_evictions_total` | counter | events that removed a held entry |
 //! | `binval_consumer_capacity_evictions_total` | counter | entries removed by the entry/byte bound |
 //! | `binval_consumer_expirations_total` | counter | entries removed by their TTL |
-//! | `binval_consumer_bad_messages_total` | counter | topic messages skipped: no payload, longer than `max_message_bytes`, or not an event |
+//! | `binval_consumer_bad_messages_total` | counter | topic messages skipped: no payload, longer than `max_message_bytes`, not an event, a `binval.kind: progress` message that is not a valid progress message, an unknown `binval.kind` |
 //! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`, binlog time, 1 s resolution) or publish (`from="publish"`) to its eviction here |
-//! | `binval_consumer_fail_safe_engaged_total` | counter | times the fail safe stopped local serving |
+//! | `binval_consumer_fail_safe_engaged_total` | counter | times the fail safe stopped local serving (stream lost or lagging, or the source lag past the bound) |
 //! | `binval_consumer_listener_rebuilds_total` | counter | librdkafka consumers replaced (connections presumed wedged) |
 //! | `binval_consumer_stream_gaps_total` | counter | jumps in a partition's offsets (each cleared the local cache) |
 //! | `binval_consumer_serving_local` | gauge | 1 while serving locally, 0 while bypassed |
 //! | `binval_consumer_stream_lag_ms` | gauge | the fail safe's lag: ms since the newest confirmed watermark observation |
+//! | `binval_consumer_source_lag_ms` | gauge | the source lag: worst progress `lag_ms` + ms since it was received (set once progress counts) |
+//! | `binval_consumer_progress_messages_total` | counter | binval progress messages taken (invalid ones count as bad messages) |
+//! | `binval_consumer_source_behind_reads_total{outcome}` | counter | `get` calls decided by the source lag: `refused` ([`ConsumerError::SourceBehind`]), `flagged` (Redis value, [`Stale::SourceBehind`]), `loaded` (the loader instead of Redis) |
+//! | `binval_consumer_replica_read_timeouts_total` | counter | replica reads that did not answer within `replica_read_timeout` (the fill then read another master's replica too, when one was left) |
 //! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
 //! | `binval_consumer_hot_key_rank_reads_per_sec{rank}` | gauge | estimated read rate of the key at rank 1..K of the top K (0 for an empty rank): K series whatever the churn |
@@ -564,10 +655,10 @@ mod stats;
 /// [`ConsumerBuilder::kafka_tls`], [`ConsumerBuilder::kafka_sasl`]), shared with the binval service.
 pub use binval_security::{KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings};
 pub use builder::ConsumerBuilder;
-pub use consumer::{CacheMode, Consumer};
+pub use consumer::{CacheMode, Consumer, Flagged, OnSourceBehind, Stale};
 pub use error::ConsumerError;
 pub use hot::HotKey;
-pub use listener::{decode_message, BadMessage};
+pub use listener::{decode_message, decode_topic_message, BadMessage, TopicMessage};
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};

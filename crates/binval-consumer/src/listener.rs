@@ -5,6 +5,12 @@
 //! one guard update and at most one eviction per distinct key). Readers never wait for the
 //! listener: the local cache is a concurrent map and no lock is held across a batch.
 //!
+//! binval's progress messages (header `binval.kind: progress`, [`binval_protocol::progress`])
+//! come on the same partitions: they are told apart by the header before decoding
+//! ([`decode_topic_message`]), never applied as invalidations, and handed to the fail safe
+//! (the source lag) after the events read before them in the batch. One that does not decode
+//! is counted and skipped like a bad event.
+//!
 //! A second thread, the lag checker (`fail_safe.rs`), observes the high watermarks and the
 //! metadata with its own client and sends them here; the listener confirms an observation once
 //! its positions reach it, which is what the fail safe measures the lag by. Nothing on this
@@ -23,7 +29,7 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use binval_protocol::InvalidationEvent;
+use binval_protocol::{InvalidationEvent, ProgressMessage, KIND_HEADER, KIND_PROGRESS};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
@@ -32,7 +38,7 @@ use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
 use crate::error::ConsumerError;
-use crate::fail_safe::{self, FromChecker, Pending};
+use crate::fail_safe::{self, FromChecker, Pending, Recorded};
 use crate::state::Shared;
 
 /// The longest wait of one `poll` for the first message of a batch. A message that arrives
@@ -239,6 +245,8 @@ fn run(
             shared.apply_batch(&l.batch);
             l.batch.clear();
         }
+        // After the events read before them: a progress message speaks for them too.
+        l.record_progress();
         if let Some(e) = error {
             l.on_error(&e);
         }
@@ -276,6 +284,8 @@ struct Listener<'a> {
     last_message: Instant,
     next_hot: Instant,
     batch: Vec<InvalidationEvent>,
+    /// Progress messages of the current batch, recorded after its events were applied.
+    progress: Vec<ProgressMessage>,
 }
 
 impl<'a> Listener<'a> {
@@ -299,6 +309,7 @@ impl<'a> Listener<'a> {
             last_message: Instant::now(),
             next_hot: Instant::now(),
             batch: Vec::with_capacity(MAX_BATCH),
+            progress: Vec::new(),
         }
     }
 
@@ -336,15 +347,39 @@ impl<'a> Listener<'a> {
                         shared.clear_local();
                     }
                     *n = (*n).max(msg.offset() + 1);
-                    if let Some(ev) = parse_message(shared, s.max_message_bytes, msg.topic(), msg.partition(), msg.offset(), msg.payload())
-                    {
-                        self.batch.push(ev);
+                    let kind = kind_header(&msg);
+                    match parse_message(shared, s.max_message_bytes, msg.topic(), msg.partition(), msg.offset(), kind, msg.payload()) {
+                        Some(TopicMessage::Event(ev)) => self.batch.push(ev),
+                        Some(TopicMessage::Progress(p)) => self.progress.push(p),
+                        None => {}
                     }
                 }
                 Some(Err(e)) => return (received, Some(e)),
             }
         }
         (received, None)
+    }
+
+    /// Hand the batch's progress messages to the fail safe (source lag). One from an older
+    /// tenure of its source is ignored (logged at debug); one beyond the tracking bound is
+    /// counted as bad.
+    fn record_progress(&mut self) {
+        if self.progress.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for p in self.progress.drain(..) {
+            match self.shared.fail_safe.progress(&p, self.next_offset.keys().copied(), now) {
+                Recorded::Taken => self.shared.counters.progress_message(),
+                Recorded::OldTenure { highest } => {
+                    debug!(topic = %self.s.topic, source = %p.source, token = p.fencing_token, highest, "progress message of an older tenure ignored")
+                }
+                Recorded::TooMany => {
+                    self.shared.counters.bad_message();
+                    warn!(topic = %self.s.topic, source = %p.source, "progress message of one source too many ignored");
+                }
+            }
+        }
     }
 
     /// A Kafka error from `poll`: when events may be missed ([`stream_lost`]), stop serving
@@ -375,6 +410,8 @@ impl<'a> Listener<'a> {
                         self.next_offset.entry(p).or_insert(low);
                         self.restart_at.entry(p).or_insert(low);
                     }
+                    let added: Vec<i32> = new.iter().map(|(p, _)| *p).collect();
+                    self.shared.fail_safe.partitions_added(&added, Instant::now());
                     self.unassigned.extend(new);
                 }
                 Err(TryRecvError::Empty) => break,
@@ -508,10 +545,38 @@ pub enum BadMessage {
     /// newer schema.
     #[error("message is not an invalidation event: {0}")]
     NotAnEvent(#[from] binval_protocol::event::EventDecodeError),
+    /// A message marked as a progress message (header `binval.kind: progress`) whose payload
+    /// is not one: not JSON, a missing or mistyped field, a newer schema, a slot range out of
+    /// bounds. Never taken for an invalidation either.
+    #[error("message marked as progress is not a progress message: {0}")]
+    NotProgress(#[from] binval_protocol::ProgressDecodeError),
+    /// A progress message read from another partition than the one it names.
+    #[error("progress message for partition {sent_to} was read from partition {found_on}")]
+    WrongPartition {
+        /// The message's `partition`.
+        sent_to: i32,
+        /// Where it was read.
+        found_on: i32,
+    },
+    /// A `binval.kind` header this version does not know (a newer binval's message kind).
+    #[error("message of unknown kind `{kind}` (header binval.kind)")]
+    UnknownKind {
+        /// The header's value, as text (lossy).
+        kind: String,
+    },
 }
 
-/// Decode one topic message payload into an event, or say why it is not one. The whole of
-/// the consumer's message parsing (fuzzed by the `invalidation_message` target).
+/// A message of the invalidation topic ([`decode_topic_message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicMessage {
+    /// An invalidation event (no `binval.kind` header).
+    Event(InvalidationEvent),
+    /// binval's progress message (header `binval.kind: progress`).
+    Progress(ProgressMessage),
+}
+
+/// Decode one topic message payload into an event, or say why it is not one (a message
+/// without a `binval.kind` header; [`decode_topic_message`] takes the header into account).
 pub fn decode_message(payload: Option<&[u8]>, max_bytes: usize) -> Result<InvalidationEvent, BadMessage> {
     let payload = payload.ok_or(BadMessage::NoPayload)?;
     if payload.len() > max_bytes {
@@ -520,19 +585,54 @@ pub fn decode_message(payload: Option<&[u8]>, max_bytes: usize) -> Result<Invali
     Ok(InvalidationEvent::from_json(payload)?)
 }
 
-/// Parse one topic message into an event; a message without payload, longer than
-/// `max_bytes`, or that does not parse is logged (topic, partition, offset, error), counted
-/// and skipped: the stream goes on with the next message.
+/// Decode one topic message given its `binval.kind` header value (`None` when it has none):
+/// no header, an invalidation event ([`decode_message`]); `progress`, a
+/// [`ProgressMessage`]; any other kind is [`BadMessage::UnknownKind`]. The whole of the
+/// listener's message parsing (fuzzed by the `invalidation_message` target); the size bound
+/// applies to both kinds.
+pub fn decode_topic_message(kind: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<TopicMessage, BadMessage> {
+    match kind {
+        None => Ok(TopicMessage::Event(decode_message(payload, max_bytes)?)),
+        Some(k) if k == KIND_PROGRESS.as_bytes() => {
+            let payload = payload.ok_or(BadMessage::NoPayload)?;
+            if payload.len() > max_bytes {
+                return Err(BadMessage::TooLarge { len: payload.len(), max: max_bytes });
+            }
+            Ok(TopicMessage::Progress(ProgressMessage::from_json(payload)?))
+        }
+        Some(k) => Err(BadMessage::UnknownKind { kind: String::from_utf8_lossy(k).chars().take(64).collect() }),
+    }
+}
+
+/// The value of the `binval.kind` header of `msg`, if it has one.
+fn kind_header<M: rdkafka::message::Message>(msg: &M) -> Option<&[u8]> {
+    use rdkafka::message::Headers;
+    let headers = msg.headers()?;
+    // A header without a value counts as an empty kind (unknown), not as no header.
+    headers.iter().find(|h| h.key == KIND_HEADER).map(|h| h.value.unwrap_or_default())
+}
+
+/// Parse one topic message into an event or a progress message (the latter checked against
+/// the `partition` it was read from); a message without payload, longer than `max_bytes`, of
+/// an unknown kind, or that does not parse is logged (topic, partition, offset, error),
+/// counted and skipped: the stream goes on with the next message.
 pub(crate) fn parse_message(
     shared: &Shared,
     max_bytes: usize,
     topic: &str,
     partition: i32,
     offset: i64,
+    kind: Option<&[u8]>,
     payload: Option<&[u8]>,
-) -> Option<InvalidationEvent> {
-    match decode_message(payload, max_bytes) {
-        Ok(ev) => Some(ev),
+) -> Option<TopicMessage> {
+    let decoded = decode_topic_message(kind, payload, max_bytes).and_then(|m| match m {
+        TopicMessage::Progress(p) if p.partition != partition => {
+            Err(BadMessage::WrongPartition { sent_to: p.partition, found_on: partition })
+        }
+        m => Ok(m),
+    });
+    match decoded {
+        Ok(m) => Some(m),
         Err(e) => {
             shared.counters.bad_message();
             warn!(topic, partition, offset, error = %e, "skipping invalidation message");

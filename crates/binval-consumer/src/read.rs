@@ -26,14 +26,34 @@
 //! cached for [`crate::ConsumerBuilder::missing_ttl`] at the newest position any of the read
 //! records carried (an invalidate-mode record has one) or 0, so the next event of the key
 //! evicts it.
+//!
+//! **A master that does not answer in time.** Each read has a soft bound,
+//! [`crate::ConsumerBuilder::replica_read_timeout`] (default 100 ms): when it passes without an
+//! answer, the next replica in the order (another master's first) is read *as well*, and the
+//! first answer that is a value or a tombstone wins; the slow read stays in flight until its
+//! hard bound, [`crate::ConsumerBuilder::redis_response_timeout`], and is used if it answers
+//! first after all. So a frozen master costs a read about one soft bound, not an error. Every
+//! answer is an exact (value, position) pair of one replica record, whichever replica gave it,
+//! so the caching rules above (fill-race guard, fail-safe epoch) apply unchanged.
+//!
+//! **The source side** ([`crate::fail_safe`], "The source lag"). While binval's progress
+//! messages count, each replica's hash slot has a lag; replicas past
+//! [`crate::ConsumerBuilder::max_staleness`] are left out of the order when the key has another
+//! replica (a frozen master's replicas, when binval reports lags per slot range). When every
+//! replica is past it, [`crate::ConsumerBuilder::on_source_behind`] decides: the loader
+//! instead of Redis, a Redis value flagged stale, or [`ConsumerError::SourceBehind`]. Nothing
+//! is cached then.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use binval_protocol::{replica_key, ReplicaRecord, Version};
+use binval_protocol::{hash_slot, replica_key, ReplicaRecord, Version};
+use futures::stream::{FuturesUnordered, StreamExt};
 
+use crate::consumer::OnSourceBehind;
 use crate::error::ConsumerError;
-use crate::single_flight::FillOutcome;
+use crate::redis_conn::KeyPlacement;
+use crate::single_flight::{FillOutcome, Filled, Freshness};
 use crate::Consumer;
 
 /// What the replica reads of one fill found.
@@ -47,17 +67,54 @@ enum Found {
     Missing { position: Version },
 }
 
+/// Which of a key's replicas a fill may read, per the source lag.
+struct Plan {
+    /// Replica indexes in read order (master-balanced; those past the bound left out when
+    /// another is within it).
+    order: Vec<u32>,
+    /// `Some(lag)` when every replica is past the bound: the lag of the freshest.
+    behind: Option<Duration>,
+}
+
 impl Consumer {
     /// The read-through on a miss: rate limit, replica reads, the loader if every read replica
-    /// is missing; cache if `cache` and the guards allow it.
+    /// is missing; cache if `cache` and the guards allow it. While the source side is behind
+    /// for every replica of the key, [`OnSourceBehind`] decides instead, and nothing is cached.
     pub(crate) async fn fill(&self, key: &str, cache: bool) -> FillOutcome {
         let inner = &*self.inner;
         let shared = &inner.shared;
+        let at = inner.redis.placement(key, self.replicas_for(key));
+        let plan = self.plan(key, &at);
         if !shared.limiter.admit(key) {
             shared.counters.limiter_rejection();
-            return match shared.stale_copy(key) {
-                Some(value) => Ok(Some((value, true))),
+            // Over the limit while the source is behind: a stale copy is only served flagged.
+            let copy_ok = plan.behind.is_none() || inner.on_source_behind == OnSourceBehind::ServeStale;
+            return match shared.stale_copy(key).filter(|_| copy_ok) {
+                Some(value) => Ok(Filled { value: Some(value), how: Freshness::StaleCopy }),
                 None => Err(ConsumerError::Overloaded { key: key.to_string() }),
+            };
+        }
+        if let Some(lag) = plan.behind {
+            let bound = shared.fail_safe.bound().unwrap_or_default();
+            let refused =
+                || ConsumerError::SourceBehind { key: key.to_string(), lag_ms: lag.as_millis() as u64, bound_ms: bound.as_millis() as u64 };
+            return match (inner.on_source_behind, &inner.loader) {
+                (OnSourceBehind::Refuse, _) | (OnSourceBehind::LoadOrRefuse, None) => Err(refused()),
+                (OnSourceBehind::LoadOrRefuse, Some(loader)) => {
+                    let value = self.load(loader, key).await?;
+                    Ok(Filled { value, how: Freshness::LoadedSourceBehind })
+                }
+                (OnSourceBehind::ServeStale, _) => {
+                    let value = match self.read_replicas(key, &at, plan.order).await? {
+                        Found::Value { value, .. } => Some(value),
+                        Found::Deleted { .. } => None,
+                        Found::Missing { .. } => match &inner.loader {
+                            Some(loader) => self.load(loader, key).await?,
+                            None => None,
+                        },
+                    };
+                    Ok(Filled { value, how: Freshness::SourceBehind(lag) })
+                }
             };
         }
         let epoch = shared.epoch();
@@ -66,16 +123,17 @@ impl Consumer {
                 shared.try_cache(key, value, position, epoch, ttl);
             }
         };
-        match self.read_replicas(key).await? {
+        let fresh = |value: Option<Arc<str>>| Ok(Filled { value, how: Freshness::Fresh });
+        match self.read_replicas(key, &at, plan.order).await? {
             Found::Value { value, position } => {
                 shared.counters.fill();
                 cache_at(Some(&value), position, None);
-                Ok(Some((value, false)))
+                fresh(Some(value))
             }
             Found::Deleted { position } => {
                 shared.counters.tombstone();
                 cache_at(None, position, None);
-                Ok(None)
+                fresh(None)
             }
             Found::Missing { position } => {
                 shared.counters.missing();
@@ -84,7 +142,7 @@ impl Consumer {
                     if let Some(ttl) = missing_ttl {
                         cache_at(None, position, Some(ttl));
                     }
-                    return Ok(None);
+                    return fresh(None);
                 };
                 let loaded = self.load(loader, key).await?;
                 if inner.cache_loaded {
@@ -97,19 +155,37 @@ impl Consumer {
                         }
                     }
                 }
-                Ok(loaded.map(|v| (v, false)))
+                fresh(loaded)
             }
         }
     }
 
-    /// Read replicas in the master-balanced order until one answers with a value or a
-    /// tombstone, at most `max_replica_reads` of them. A read that fails because its master is
-    /// unreachable or slow moves on like a missing replica; if no read answered and one
-    /// failed, that failure is the outcome (a missing key is only concluded from answers).
-    async fn read_replicas(&self, key: &str) -> Result<Found, ConsumerError> {
+    /// The read order of `key`'s replicas (master-balanced), without the replicas whose slot
+    /// is past the source lag bound when another one is within it; `behind` when none is.
+    fn plan(&self, key: &str, at: &KeyPlacement) -> Plan {
         let inner = &*self.inner;
-        let at = inner.redis.placement(key, self.replicas_for(key));
         let order = at.placement.read_order(rand::random());
+        let fs = &inner.shared.fail_safe;
+        let Some(bound) = fs.bound() else { return Plan { order, behind: None } };
+        let slots: Vec<u16> = order.iter().map(|&i| hash_slot(replica_key(key, i).as_bytes())).collect();
+        let Some(lags) = fs.slot_lags(&slots, Instant::now()) else { return Plan { order, behind: None } };
+        let fresh: Vec<u32> = order.iter().zip(&lags).filter(|(_, l)| **l <= bound).map(|(i, _)| *i).collect();
+        if fresh.is_empty() {
+            let lag = lags.iter().min().copied().unwrap_or_default();
+            return Plan { order, behind: Some(lag) };
+        }
+        Plan { order: fresh, behind: None }
+    }
+
+    /// Read replicas in `order` until one answers with a value or a tombstone, at most
+    /// `max_replica_reads` of them. A read that has not answered within the soft bound
+    /// (`replica_read_timeout`) is joined by a read of the next replica, and the first value
+    /// or tombstone wins; a read that fails because its master is unreachable or slow moves on
+    /// like a missing replica. If no read answered and one failed, that failure is the outcome
+    /// (a missing key is only concluded from answers).
+    async fn read_replicas(&self, key: &str, at: &KeyPlacement, order: Vec<u32>) -> Result<Found, ConsumerError> {
+        let inner = &*self.inner;
+        let counters = &inner.shared.counters;
         let mut position: Version = 0;
         let mut failed: Option<ConsumerError> = None;
         // A key confirmed missing by a recent fill (every read replica missing, on at least two
@@ -118,14 +194,63 @@ impl Consumer {
         // existing row look missing (that needs a fill which asked two masters).
         let confirmed = inner.shared.confirmed_missing.contains_key(key);
         let bound = if confirmed { 1 } else { inner.max_replica_reads as usize };
+        let soft = inner.replica_read_timeout.min(inner.response_timeout);
+        let mut next = order.into_iter().take(bound).peekable();
         let (mut reads, mut masters) = (0usize, std::collections::HashSet::new());
-        for i in order.into_iter().take(bound) {
+        // Reads in flight: (replica, started, counted as slow).
+        let mut flying: Vec<(u32, Instant, bool)> = Vec::new();
+        let mut pending = FuturesUnordered::new();
+        let read = |i: u32| async move {
             let rkey = replica_key(key, i);
-            inner.shared.counters.redis_read();
-            reads += 1;
-            masters.insert(at.placement.master_of_replica(i));
-            match inner.redis.replica(&rkey, &at, inner.response_timeout).await {
+            let r = inner.redis.replica(&rkey, at, inner.response_timeout).await;
+            (i, rkey, r)
+        };
+        // Start the read of the next replica in the order, if one is left.
+        macro_rules! start_next {
+            () => {
+                if let Some(i) = next.next() {
+                    counters.redis_read();
+                    reads += 1;
+                    masters.insert(at.placement.master_of_replica(i));
+                    flying.push((i, Instant::now(), false));
+                    pending.push(read(i));
+                }
+            };
+        }
+        // Before returning an answer: reads still in flight past the soft bound are slow ones.
+        macro_rules! count_slow {
+            () => {
+                for _ in flying.iter().filter(|f| !f.2 && f.1.elapsed() >= soft) {
+                    counters.replica_read_timeout();
+                }
+            };
+        }
+        start_next!();
+        while !pending.is_empty() {
+            let hedge_at = flying.last().map(|f| f.1 + soft).filter(|_| next.peek().is_some());
+            let step = tokio::select! {
+                done = pending.next() => done,
+                _ = sleep_until(hedge_at) => None,
+            };
+            let Some((i, rkey, r)) = step else {
+                // The newest read did not answer within the soft bound: read the next replica
+                // too (another master's first); the slow one stays in flight.
+                if let Some(f) = flying.last_mut() {
+                    f.2 = true;
+                }
+                counters.replica_read_timeout();
+                start_next!();
+                continue;
+            };
+            if let Some(k) = flying.iter().position(|f| f.0 == i) {
+                let (_, started, counted) = flying.remove(k);
+                if !counted && started.elapsed() >= soft {
+                    counters.replica_read_timeout();
+                }
+            }
+            match r {
                 Ok(ReplicaRecord::Value { data, position }) => {
+                    count_slow!();
                     let text = String::from_utf8(data).map_err(|e| ConsumerError::Decode {
                         key: rkey.clone(),
                         what: "replica",
@@ -133,12 +258,22 @@ impl Consumer {
                     })?;
                     return Ok(Found::Value { value: Arc::from(text), position });
                 }
-                Ok(ReplicaRecord::Deleted { position }) => return Ok(Found::Deleted { position }),
-                Ok(ReplicaRecord::Missing { position: p }) => position = position.max(p.unwrap_or(0)),
+                Ok(ReplicaRecord::Deleted { position }) => {
+                    count_slow!();
+                    return Ok(Found::Deleted { position });
+                }
+                Ok(ReplicaRecord::Missing { position: p }) => {
+                    position = position.max(p.unwrap_or(0));
+                    start_next!();
+                }
                 Err(e) if e.is_unreachable() => {
                     failed.get_or_insert(e);
+                    start_next!();
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    count_slow!();
+                    return Err(e);
+                }
             }
         }
         match failed {
@@ -172,5 +307,13 @@ impl Consumer {
                 Err(ConsumerError::Timeout { op: format!("loader for `{key}`"), after_ms: inner.loader_timeout.as_millis() as u64 })
             }
         }
+    }
+}
+
+/// Sleep until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
     }
 }

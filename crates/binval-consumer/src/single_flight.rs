@@ -20,9 +20,31 @@ use futures::future::{BoxFuture, FutureExt, Shared as SharedFuture};
 use crate::error::ConsumerError;
 use crate::Consumer;
 
-/// What one fill hands to every caller awaiting it: the value (and `true` if it is a stale
-/// copy served because the rate limit refused the fill), `None` if the key has no row.
-pub(crate) type FillOutcome = Result<Option<(Arc<str>, bool)>, ConsumerError>;
+/// How fresh a fill's answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Freshness {
+    /// Read from a replica within the bound (or from the loader after missing replicas).
+    Fresh,
+    /// The stale copy of an evicted entry: the miss rate limit refused the fill.
+    StaleCopy,
+    /// Read from Redis while the source side was this far behind for every replica of the key
+    /// ([`crate::OnSourceBehind::ServeStale`]).
+    SourceBehind(std::time::Duration),
+    /// Answered by the loader because the source side was behind
+    /// ([`crate::OnSourceBehind::LoadOrRefuse`]).
+    LoadedSourceBehind,
+}
+
+/// What one fill hands to every caller awaiting it: the value (`None` if the key has no row)
+/// and how fresh it is.
+#[derive(Debug, Clone)]
+pub(crate) struct Filled {
+    pub value: Option<Arc<str>>,
+    pub how: Freshness,
+}
+
+/// The outcome of one fill.
+pub(crate) type FillOutcome = Result<Filled, ConsumerError>;
 
 /// A fill in flight, awaitable by any number of callers.
 pub(crate) type InflightFill = SharedFuture<BoxFuture<'static, FillOutcome>>;
@@ -93,21 +115,24 @@ impl Consumer {
         (fill, false)
     }
 
-    /// Join the fill of `key` in flight, or start one, and await its outcome.
-    pub(crate) async fn fill_single_flight(&self, key: &str, cache: bool) -> Result<Option<Arc<str>>, ConsumerError> {
+    /// Join the fill of `key` in flight, or start one, and await its outcome; counts what this
+    /// caller got (a stale copy, a flagged or loaded answer, a refusal because the source side
+    /// is behind).
+    pub(crate) async fn fill_single_flight(&self, key: &str, cache: bool) -> FillOutcome {
         let (fill, joined) = self.flight(key, cache);
+        let counters = &self.inner.shared.counters;
         if joined {
-            self.inner.shared.counters.coalesced();
+            counters.coalesced();
         }
-        match fill.await? {
-            None => Ok(None),
-            Some((value, stale)) => {
-                if stale {
-                    self.inner.shared.counters.stale_served();
-                }
-                Ok(Some(value))
-            }
+        let out = fill.await;
+        match &out {
+            Ok(Filled { how: Freshness::StaleCopy, value: Some(_) }) => counters.stale_served(),
+            Ok(Filled { how: Freshness::SourceBehind(_), .. }) => counters.source_behind("flagged"),
+            Ok(Filled { how: Freshness::LoadedSourceBehind, .. }) => counters.source_behind("loaded"),
+            Err(ConsumerError::SourceBehind { .. }) => counters.source_behind("refused"),
+            _ => {}
         }
+        out
     }
 
     /// Refresh-ahead: start a background fill of `key` (or join the one in flight) without

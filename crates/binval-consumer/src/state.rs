@@ -248,6 +248,8 @@ pub(crate) struct SharedSettings {
     pub hot: Option<HotSettings>,
     /// The fail safe's lag bound ([`crate::ConsumerBuilder::max_staleness`]).
     pub max_staleness: Option<Duration>,
+    /// The source lag counts from the start ([`crate::ConsumerBuilder::require_progress`]).
+    pub require_progress: bool,
 }
 
 impl Shared {
@@ -301,7 +303,7 @@ impl Shared {
             serving_local: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             notices,
-            fail_safe: FailSafe::new(s.max_staleness),
+            fail_safe: FailSafe::with_progress(s.max_staleness, s.require_progress),
         }
     }
 
@@ -559,6 +561,7 @@ mod tests {
             },
             hot: None,
             max_staleness: None,
+            require_progress: false,
         })
     }
 

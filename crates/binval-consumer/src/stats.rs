@@ -48,7 +48,9 @@ pub struct Stats {
     pub events: u64,
     /// Events that removed an entry the local cache held.
     pub evictions: u64,
-    /// Topic messages skipped: no payload, longer than [`crate::ConsumerBuilder::max_message_bytes`], or not a valid invalidation event.
+    /// Topic messages skipped: no payload, longer than [`crate::ConsumerBuilder::max_message_bytes`], not a valid invalidation event,
+    /// marked as a progress message (`binval.kind: progress`) and not a valid one (or read
+    /// from another partition than it names), or of an unknown `binval.kind`.
     pub bad_messages: u64,
     /// `get` misses (or bypass reads) that did not read Redis themselves but awaited the fill
     /// of the same key already in flight in this instance (single-flight).
@@ -84,6 +86,24 @@ pub struct Stats {
     /// Jumps in a partition's offsets (events deleted before they were read, a broker that lost
     /// its log): each cleared the local cache.
     pub stream_gaps: u64,
+    /// binval progress messages the listener took (valid, of a current tenure); see
+    /// [`crate::Consumer::source_lag`]. Invalid ones are counted in `bad_messages`.
+    pub progress_messages: u64,
+    /// `get` calls refused with [`crate::ConsumerError::SourceBehind`]: the source side was
+    /// behind the bound for every replica of the key and
+    /// [`crate::ConsumerBuilder::on_source_behind`] said to refuse (or to load without a
+    /// loader). One per caller.
+    pub source_behind_refused: u64,
+    /// `get` calls answered with a Redis value flagged stale
+    /// ([`crate::OnSourceBehind::ServeStale`], [`crate::Stale::SourceBehind`]). One per caller.
+    pub source_behind_flagged: u64,
+    /// `get` calls answered by the loader instead of Redis because the source side was behind
+    /// ([`crate::OnSourceBehind::LoadOrRefuse`]). One per caller.
+    pub source_behind_loaded: u64,
+    /// Replica reads that did not answer within
+    /// [`crate::ConsumerBuilder::replica_read_timeout`] (each moved the fill on to a replica on
+    /// another master when one was left to try).
+    pub replica_read_timeouts: u64,
 }
 
 #[derive(Debug, Default)]
@@ -112,6 +132,11 @@ pub(crate) struct Counters {
     pub fail_safe_engaged: AtomicU64,
     pub listener_rebuilds: AtomicU64,
     pub stream_gaps: AtomicU64,
+    pub progress_messages: AtomicU64,
+    pub source_behind_refused: AtomicU64,
+    pub source_behind_flagged: AtomicU64,
+    pub source_behind_loaded: AtomicU64,
+    pub replica_read_timeouts: AtomicU64,
     /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
     /// key lookup that `metrics::counter!` does on every call.
     hit_metric: HitMetric,
@@ -166,6 +191,8 @@ const COUNTER_NAMES: &[&str] = &[
     "binval_consumer_refreshes_total",
     "binval_consumer_capacity_evictions_total",
     "binval_consumer_expirations_total",
+    "binval_consumer_progress_messages_total",
+    "binval_consumer_replica_read_timeouts_total",
 ];
 
 impl Counters {
@@ -173,6 +200,9 @@ impl Counters {
     pub(crate) fn registered() -> Self {
         for name in COUNTER_NAMES {
             metrics::counter!(*name).increment(0);
+        }
+        for outcome in ["refused", "flagged", "loaded"] {
+            metrics::counter!("binval_consumer_source_behind_reads_total", "outcome" => outcome).increment(0);
         }
         Counters::default()
     }
@@ -208,6 +238,19 @@ impl Counters {
     bump!(fail_safe_engaged, fail_safe_engaged, "binval_consumer_fail_safe_engaged_total");
     bump!(listener_rebuild, listener_rebuilds, "binval_consumer_listener_rebuilds_total");
     bump!(stream_gap, stream_gaps, "binval_consumer_stream_gaps_total");
+    bump!(progress_message, progress_messages, "binval_consumer_progress_messages_total");
+    bump!(replica_read_timeout, replica_read_timeouts, "binval_consumer_replica_read_timeouts_total");
+
+    /// A `get` the source side's lag decided: `outcome` is `refused`, `flagged` or `loaded`.
+    pub(crate) fn source_behind(&self, outcome: &'static str) {
+        let field = match outcome {
+            "refused" => &self.source_behind_refused,
+            "flagged" => &self.source_behind_flagged,
+            _ => &self.source_behind_loaded,
+        };
+        field.fetch_add(1, Relaxed);
+        metrics::counter!("binval_consumer_source_behind_reads_total", "outcome" => outcome).increment(1);
+    }
 
     /// A batch of `events` applied by the listener, `evictions` of which removed an entry.
     pub(crate) fn events(&self, events: u64, evictions: u64) {
@@ -227,6 +270,11 @@ impl Counters {
     /// The fail safe's lag: time since the newest watermark observation the listener reached.
     pub(crate) fn stream_lag(&self, lag: std::time::Duration) {
         metrics::gauge!("binval_consumer_stream_lag_ms").set(lag.as_secs_f64() * 1e3);
+    }
+
+    /// The source lag: worst progress `lag_ms` + time since it was received.
+    pub(crate) fn source_lag(&self, lag: std::time::Duration) {
+        metrics::gauge!("binval_consumer_source_lag_ms").set(lag.as_secs_f64() * 1e3);
     }
 
     pub(crate) fn serving_local(&self, on: bool) {
@@ -259,6 +307,11 @@ impl Counters {
             fail_safe_engaged: self.fail_safe_engaged.load(Relaxed),
             listener_rebuilds: self.listener_rebuilds.load(Relaxed),
             stream_gaps: self.stream_gaps.load(Relaxed),
+            progress_messages: self.progress_messages.load(Relaxed),
+            source_behind_refused: self.source_behind_refused.load(Relaxed),
+            source_behind_flagged: self.source_behind_flagged.load(Relaxed),
+            source_behind_loaded: self.source_behind_loaded.load(Relaxed),
+            replica_read_timeouts: self.replica_read_timeouts.load(Relaxed),
         }
     }
 }

@@ -6,6 +6,9 @@
 //!   that makes replicas land on different masters.
 //! * [`event`]: the invalidation event published to Kafka, one per changed key, as JSON
 //!   (schema in `schemas/invalidation-event.schema.json`).
+//! * [`progress`]: the progress message binval sends to every partition of the same topic, so
+//!   a reader can tell a quiet source from a stalled writer (schema in
+//!   `schemas/progress-message.schema.json`).
 //! * [`fence`]: version-fenced writes — the replica record (a hash with payload, fence
 //!   position, tombstone flag, fencing token), the version token's value (the fence position of
 //!   the newest change), and the Lua scripts that only ever move a key forward.
@@ -25,10 +28,12 @@ pub mod fence;
 pub mod keys;
 pub mod placement;
 pub mod position;
+pub mod progress;
 pub mod version;
 
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
 pub use fence::{parse_version, FencePosition, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
 pub use position::{file_index, BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, PositionParseError};
+pub use progress::{MasterLag, ProgressDecodeError, ProgressMessage, KIND_HEADER, KIND_PROGRESS, PROGRESS_SCHEMA_VERSION};
 pub use version::{should_evict, Version};

@@ -92,9 +92,11 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Bound of each Redis read of a fill (one replica). Default 200 ms. A read that exceeds it
-    /// moves the fill to a replica on another master (within
-    /// [`ConsumerBuilder::max_replica_reads`]); when no read answered, the fill fails with
+    /// Hard bound of each Redis read of a fill (one replica). Default 200 ms. A read that has
+    /// not answered within [`ConsumerBuilder::replica_read_timeout`] (default 100 ms) is joined
+    /// by a read of a replica on another master (within
+    /// [`ConsumerBuilder::max_replica_reads`]); one that exceeds this bound is given up; when
+    /// no read answered, the fill fails with
     /// [`ConsumerError::Timeout`](crate::ConsumerError::Timeout). A read is never repeated on
     /// the same master.
     ///
@@ -105,6 +107,36 @@ impl ConsumerBuilder {
     /// ```
     pub fn redis_response_timeout(mut self, timeout: Duration) -> Self {
         self.redis_response_timeout = timeout;
+        self
+    }
+
+    /// Soft bound of one replica read: when a read has not answered after this long, the fill
+    /// reads the next replica in its master-balanced order as well — a replica of the same key
+    /// on **another master** first — and takes the first value or tombstone that arrives (the
+    /// slow read stays in flight up to [`ConsumerBuilder::redis_response_timeout`] and counts
+    /// if it answers first). Default **100 ms**; values above `redis_response_timeout` act as
+    /// it. Within [`ConsumerBuilder::max_replica_reads`] (a key with one replica, or
+    /// `max_replica_reads(1)`, has nothing to move to). Counted in
+    /// `binval_consumer_replica_read_timeouts_total` ([`crate::Stats::replica_read_timeouts`]).
+    ///
+    /// Why: a Redis master that stops answering (frozen, its host swapping, a network black
+    /// hole) does not reset its connections, so without a bound below the hard one every read
+    /// sent to it waits the whole `redis_response_timeout` and, with both reads of a fill on
+    /// slow paths, fails (issue #22: 504s while one of three masters was frozen). The
+    /// trade-off: a low value moves away from a slow master sooner, at the cost of one extra
+    /// read on another master for every read slower than it — under a hot-key overload that
+    /// is the tail of the overloaded master's reads going to the others, which is the point,
+    /// but a value near your normal p99 doubles reads for nothing. Keep it several times your
+    /// Redis p99 (a healthy Redis answers in well under a millisecond), and below the
+    /// request deadline of your app minus one Redis round trip.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.replica_read_timeout(Duration::from_millis(50));
+    /// ```
+    pub fn replica_read_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_read_timeout = timeout;
         self
     }
 

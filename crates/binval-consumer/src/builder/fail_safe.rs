@@ -10,7 +10,9 @@ use super::ConsumerBuilder;
 ///
 /// How long and for how many keys the fill-race guard remembers event versions
 /// ([`ConsumerBuilder::fill_guard_entries`], [`ConsumerBuilder::fill_guard_ttl`]), the lag
-/// bound after which the local cache is bypassed ([`ConsumerBuilder::max_staleness`]), how
+/// bound after which the local cache is bypassed ([`ConsumerBuilder::max_staleness`]), what
+/// a read does while binval's side is behind ([`ConsumerBuilder::on_source_behind`],
+/// [`ConsumerBuilder::require_progress`]), how
 /// often new partitions are looked for ([`ConsumerBuilder::metadata_refresh`]) and the
 /// capacity of [`Consumer::subscribe_evictions`](crate::Consumer::subscribe_evictions). See
 /// "Invalidation and the fail safe" in the crate docs.
@@ -59,8 +61,16 @@ impl ConsumerBuilder {
     /// stop local serving, and it resumes at the first confirmed observation after them.
     ///
     /// What it bounds: a value served locally at time `now` has seen every event the broker
-    /// acknowledged before `now - bound`. The time binval takes from commit to the broker's
-    /// ack is binval's lag, not this one.
+    /// acknowledged before `now - bound`. The same bound applies to the source lag
+    /// ([`Consumer::source_lag`](crate::Consumer::source_lag), from binval's progress
+    /// messages): how far binval's Redis writes and events are behind the source; past it the
+    /// local cache is bypassed too, and Redis reads follow
+    /// [`ConsumerBuilder::on_source_behind`]. binval measures its lag by binlog commit times,
+    /// which are whole seconds: under a steady stream of commits its reports range up to about
+    /// one second for a binval that keeps up (1.2 s worst seen at 140 commits/s,
+    /// `tests/progress.rs`), plus up to one progress interval (200 ms) since the last report.
+    /// Keep the bound at 2 s or more where binval sends progress; a bound under ~1.5 s trips
+    /// on a busy, healthy source.
     ///
     /// ```no_run
     /// # use std::time::Duration;
@@ -69,6 +79,51 @@ impl ConsumerBuilder {
     /// ```
     pub fn max_staleness(mut self, bound: Option<Duration>) -> Self {
         self.max_staleness = bound;
+        self
+    }
+
+    /// What a read does when binval's progress messages say the source side is behind
+    /// [`ConsumerBuilder::max_staleness`] for every replica of the key: see
+    /// [`OnSourceBehind`](crate::OnSourceBehind). Default
+    /// [`OnSourceBehind::LoadOrRefuse`](crate::OnSourceBehind::LoadOrRefuse): the
+    /// [`ConsumerBuilder::loader`] instead of Redis when one is set, else
+    /// [`ConsumerError::SourceBehind`](crate::ConsumerError::SourceBehind) — never a value that
+    /// may be older than the bound as if it were fresh.
+    ///
+    /// When it applies: binval (a version that sends progress messages,
+    /// `kafka.progress_interval_ms`) reports its own lag to every partition; this instance's
+    /// source lag ([`Consumer::source_lag`](crate::Consumer::source_lag)) is the worst
+    /// partition's last report plus the time since it was received. It passes the bound when
+    /// binval's Redis writes stall (a frozen master: binval waits for it) or when the reports
+    /// stop arriving (binval frozen or cut off, the broker gone). While it is past the bound the
+    /// local cache is bypassed as well. With per-slot lags in the reports (`masters`), a key
+    /// with a replica on a master within the bound is read there, as fresh.
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// use binval_consumer::OnSourceBehind;
+    /// let b = b.on_source_behind(OnSourceBehind::ServeStale); // then check Consumer::get_flagged
+    /// ```
+    pub fn on_source_behind(mut self, what: crate::OnSourceBehind) -> Self {
+        self.on_source_behind = what;
+        self
+    }
+
+    /// Count the source lag from `build()` on, before any progress message arrives. Default
+    /// `false`: the source lag counts only once a progress message has been seen, so an
+    /// instance reading a topic of a binval that sends none (an older version, or
+    /// `kafka.progress_interval_ms = 0`) keeps the stream lag alone. Set it once every binval
+    /// writing to the topic sends progress: then an instance that starts while binval is
+    /// frozen or cut off does not serve as fresh what it cannot confirm, and a binval
+    /// downgraded by mistake shows at once (every read follows
+    /// [`ConsumerBuilder::on_source_behind`] after the bound).
+    ///
+    /// ```no_run
+    /// # let b = binval_consumer::Consumer::builder();
+    /// let b = b.require_progress(true);
+    /// ```
+    pub fn require_progress(mut self, required: bool) -> Self {
+        self.require_progress = required;
         self
     }
 

@@ -52,7 +52,8 @@ use crate::{CacheMode, Consumer};
 ///
 /// - **connection**: [`redis_standalone`](Self::redis_standalone) /
 ///   [`redis_cluster`](Self::redis_cluster), [`brokers`](Self::brokers), [`topic`](Self::topic)
-///   (required), [`kafka_property`](Self::kafka_property), the Redis and Kafka timeouts,
+///   (required), [`kafka_property`](Self::kafka_property), the Redis and Kafka timeouts
+///   ([`replica_read_timeout`](Self::replica_read_timeout) among them),
 ///   [`group_id_prefix`](Self::group_id_prefix), [`shutdown_timeout`](Self::shutdown_timeout),
 ///   [`read_from_replica_nodes`](Self::read_from_replica_nodes);
 /// - **read-through**: [`replicas`](Self::replicas),
@@ -68,6 +69,7 @@ use crate::{CacheMode, Consumer};
 ///   [`stale_ttl`](Self::stale_ttl), [`stale_max_entries`](Self::stale_max_entries);
 /// - **invalidation and the fail safe**: [`fill_guard_entries`](Self::fill_guard_entries),
 ///   [`fill_guard_ttl`](Self::fill_guard_ttl), [`max_staleness`](Self::max_staleness),
+///   [`on_source_behind`](Self::on_source_behind), [`require_progress`](Self::require_progress),
 ///   [`metadata_refresh`](Self::metadata_refresh),
 ///   [`eviction_channel_capacity`](Self::eviction_channel_capacity);
 /// - **security**: [`redis_tls`](Self::redis_tls), [`redis_user`](Self::redis_user),
@@ -95,6 +97,9 @@ pub struct ConsumerBuilder {
     kafka_request_timeout: Duration,
     max_message_bytes: usize,
     max_staleness: Option<Duration>,
+    require_progress: bool,
+    on_source_behind: crate::OnSourceBehind,
+    replica_read_timeout: Duration,
     shutdown_timeout: Duration,
     eviction_channel_capacity: usize,
     group_id_prefix: String,
@@ -144,6 +149,9 @@ impl Default for ConsumerBuilder {
             kafka_request_timeout: Duration::from_secs(5),
             max_message_bytes: crate::listener::DEFAULT_MAX_MESSAGE_BYTES,
             max_staleness: Some(Duration::from_secs(2)),
+            require_progress: false,
+            on_source_behind: crate::OnSourceBehind::LoadOrRefuse,
+            replica_read_timeout: Duration::from_millis(100),
             shutdown_timeout: Duration::from_secs(5),
             eviction_channel_capacity: 4096,
             group_id_prefix: "binval-consumer".into(),
@@ -237,6 +245,8 @@ impl ConsumerBuilder {
                 missing_ttl: Some(self.missing_ttl).filter(|t| !t.is_zero()),
                 thread_front: self.thread_front,
                 response_timeout: self.redis_response_timeout,
+                replica_read_timeout: self.replica_read_timeout,
+                on_source_behind: self.on_source_behind,
                 shutdown_timeout: self.shutdown_timeout,
                 stop,
                 inflight: SingleFlight::default(),
@@ -291,6 +301,7 @@ impl ConsumerBuilder {
                 top_k: self.hot_key_top_k,
             }),
             max_staleness: self.max_staleness,
+            require_progress: self.require_progress,
         }
     }
 }

@@ -154,6 +154,9 @@ impl ConsumerBuilder {
         if self.redis_response_timeout.is_zero() {
             return cfg("redis_response_timeout", "must be longer than 0 ms");
         }
+        if self.replica_read_timeout.is_zero() {
+            return cfg("replica_read_timeout", "must be longer than 0 ms");
+        }
         if self.redis_connection_timeout.is_zero() {
             return cfg("redis_connection_timeout", "must be longer than 0 ms");
         }

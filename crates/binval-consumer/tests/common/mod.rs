@@ -132,6 +132,37 @@ pub async fn publish(p: &FutureProducer, topic: &str, ev: &InvalidationEvent) ->
     publish_raw(p, topic, &ev.key, &ev.to_json()).await
 }
 
+/// A progress message of source `source` for `partition`, as binval sends it.
+pub fn progress(source: &str, partition: i32, lag_ms: u64, fencing_token: u64) -> binval_protocol::ProgressMessage {
+    binval_protocol::ProgressMessage {
+        schema: binval_protocol::PROGRESS_SCHEMA_VERSION,
+        source: source.to_string(),
+        partition,
+        position: Some(SourcePosition { file: "mysql-bin.000001".into(), pos: 4, gtid: None }),
+        commit_time_ms: now_ms() / 1000 * 1000,
+        lag_ms,
+        fencing_token,
+        publish_time_ms: now_ms(),
+        masters: None,
+    }
+}
+
+/// Publish raw bytes to `partition` with the header `binval.kind` = `kind` (what binval's
+/// progress task does when `kind` is `progress`); returns when the broker acknowledged.
+pub async fn publish_kind(p: &FutureProducer, topic: &str, partition: i32, kind: &str, payload: &[u8]) -> anyhow::Result<()> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let headers = OwnedHeaders::new().insert(Header { key: binval_protocol::KIND_HEADER, value: Some(kind) });
+    p.send(FutureRecord::to(topic).partition(partition).key("src").payload(payload).headers(headers), Duration::from_secs(10))
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("produce to {topic}: {e}"))?;
+    Ok(())
+}
+
+/// Publish progress message `m` to its partition, as binval does.
+pub async fn publish_progress(p: &FutureProducer, topic: &str, m: &binval_protocol::ProgressMessage) -> anyhow::Result<()> {
+    publish_kind(p, topic, m.partition, binval_protocol::KIND_PROGRESS, &m.to_json()).await
+}
+
 /// Wait for the notice of (`key`, `version`), skipping others; fail after `timeout`.
 pub async fn wait_notice(
     rx: &mut broadcast::Receiver<EvictionNotice>,
