@@ -57,50 +57,6 @@ pub struct ClusterState {
     map: RwLock<SlotMap>,
     /// The Redis settings: TLS and the ACL user of the per-master connections `SCAN` opens.
     cfg: RedisConfig,
-    /// Pipelines sent and not answered yet, per master address: when each was sent.
-    waiting: Waiting,
-}
-
-/// Pipelines sent to each master and not answered yet ([`RedisConn::master_waits`]).
-#[derive(Default)]
-struct Waiting {
-    next: std::sync::atomic::AtomicU64,
-    by_master: std::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeMap<u64, std::time::Instant>>>,
-}
-
-/// One pipeline waiting for its master; dropped (answered, failed or cancelled) it is not.
-struct WaitGuard<'a> {
-    waiting: &'a Waiting,
-    master: String,
-    id: u64,
-}
-
-impl Waiting {
-    fn start(&self, master: String) -> WaitGuard<'_> {
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.by_master.lock().unwrap_or_else(|e| e.into_inner()).entry(master.clone()).or_default().insert(id, std::time::Instant::now());
-        WaitGuard { waiting: self, master, id }
-    }
-}
-
-impl Drop for WaitGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(m) = self.waiting.by_master.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.master) {
-            m.remove(&self.id);
-        }
-    }
-}
-
-/// How long a master has left binval's oldest pipeline to it unanswered, with the hash slots
-/// it serves: [`RedisConn::master_waits`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MasterWait {
-    /// First hash slot of a range the master serves.
-    pub first_slot: u16,
-    /// Last hash slot of that range (inclusive).
-    pub last_slot: u16,
-    /// Age of the oldest pipeline sent to it and not answered (zero: none waiting).
-    pub waiting: std::time::Duration,
 }
 
 /// Commands per pipeline: a master answers a pipeline in one go, so a very long one delays
@@ -191,10 +147,7 @@ impl RedisConn {
                     .map_err(transient)?;
                 match client.get_async_connection().await {
                     Ok(c) => {
-                        let conn = RedisConn::Cluster(
-                            c,
-                            Arc::new(ClusterState { map: RwLock::default(), cfg: cfg.clone(), waiting: Waiting::default() }),
-                        );
+                        let conn = RedisConn::Cluster(c, Arc::new(ClusterState { map: RwLock::default(), cfg: cfg.clone() }));
                         conn.refresh_slots().await.map_err(transient)?;
                         conn.load_scripts().await.map_err(transient)?;
                         Ok(conn)
@@ -295,37 +248,6 @@ impl RedisConn {
         let fresh = SlotMap::from_cluster_slots(&reply);
         *map.map.write().expect("slot map lock") = fresh.clone();
         Ok(fresh)
-    }
-
-    /// Cluster: for every range of hash slots of one master (binval's slot map), how long that
-    /// master has left the oldest pipeline binval sent it unanswered (zero when none waits).
-    /// A master that is frozen or failing over shows a growing wait while the others show
-    /// zero: the replicas on those hold every change sent (issue #22; binval's progress
-    /// messages carry it per slot range). Standalone: empty (one master; the source lag says
-    /// it all).
-    pub fn master_waits(&self) -> Vec<MasterWait> {
-        let RedisConn::Cluster(_, state) = self else { return Vec::new() };
-        let now = std::time::Instant::now();
-        let oldest: std::collections::HashMap<String, std::time::Duration> = state
-            .waiting
-            .by_master
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(|(m, w)| w.values().min().map(|t| (m.clone(), now.saturating_duration_since(*t))))
-            .collect();
-        let map = state.map.read().expect("slot map lock");
-        let mut out: Vec<MasterWait> = Vec::new();
-        for (slot, &m) in map.slots.iter().enumerate() {
-            let waiting = map.masters.get(m as usize).and_then(|a| oldest.get(a)).copied().unwrap_or_default();
-            match out.last_mut() {
-                Some(last) if last.last_slot as usize + 1 == slot && map.slots[last.first_slot as usize] == m => {
-                    last.last_slot = slot as u16
-                }
-                _ => out.push(MasterWait { first_slot: slot as u16, last_slot: slot as u16, waiting }),
-            }
-        }
-        out
     }
 
     /// Replace binval's copy of the slot map (cluster; a no-op for standalone): for tests of a
@@ -432,12 +354,7 @@ impl RedisConn {
         let n = idx.len();
         let r = match self {
             RedisConn::Standalone(c) => c.clone().req_packed_commands(&pipe, 0, n).await,
-            RedisConn::Cluster(c, state) => {
-                let master = {
-                    let map = state.map.read().expect("slot map lock");
-                    map.masters().get(map.master_of_slot(slot)).cloned().unwrap_or_default()
-                };
-                let _waiting = state.waiting.start(master);
+            RedisConn::Cluster(c, _) => {
                 let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
                 c.clone().route_pipeline(pipe, 0, n, route).await
             }
