@@ -14,7 +14,7 @@
 //! and the reader is at the end of the binlog (the primary sent a replication heartbeat since
 //! that transaction: it sends one only after `source.heartbeat_ms` without events), so an idle
 //! source is not "behind"; otherwise now minus the commit time of the last acknowledged
-//! transaction (of the newest one read while none is acknowledged yet): the age of the oldest
+//! transaction (of the first one this tenure read while it acknowledged none yet): the age of the oldest
 //! change whose effect may not be in Redis and Kafka yet. Commit times come from binlog event
 //! headers, whole seconds, so the value has up to one second of jitter, except for binval's
 //! heartbeat row (`source.heartbeat_table`), which carries the primary's `NOW(6)`: with it the
@@ -40,14 +40,26 @@ pub const SAMPLE: Duration = Duration::from_millis(250);
 pub const SOURCE_POLL: Duration = Duration::from_secs(10);
 
 /// Seconds behind the source, in ms (the rule in the module docs). `read`: end position and
-/// commit time (Unix ms) of the last transaction read; `acked`: the last acknowledged position
-/// and the commit time of its transaction (0: unknown); `at_end`: the reader is at the end of
-/// the binlog.
-pub fn lag_ms(read: Option<&(SourcePosition, u64)>, acked: Option<(&SourcePosition, u64)>, at_end: bool, now_ms: u64) -> u64 {
+/// commit time (Unix ms) of the last transaction read; `first_read_ms`: the commit time of the
+/// first transaction read in this tenure (0: unknown); `acked`: the last acknowledged
+/// position and the commit time of its transaction (0: unknown); `at_end`: the reader is at
+/// the end of the binlog.
+///
+/// While this tenure has acknowledged nothing yet, the oldest change not in Redis and Kafka
+/// is the first one it read: a new leader catching up on what the old one left is as far
+/// behind as that change is old (the newest one read would say 0.4 s while 1.3 s behind).
+pub fn lag_ms(
+    read: Option<&(SourcePosition, u64)>,
+    first_read_ms: u64,
+    acked: Option<(&SourcePosition, u64)>,
+    at_end: bool,
+    now_ms: u64,
+) -> u64 {
     let since = match (read, acked) {
         (None, _) => return 0,
         (Some((r, _)), Some((a, _))) if same_place(r, a) && at_end => return 0,
         (_, Some((_, acked_ms))) if acked_ms > 0 => acked_ms,
+        (Some(_), None) if first_read_ms > 0 => first_read_ms,
         (Some((_, read_ms)), _) => *read_ms,
     };
     if since == 0 {
@@ -156,7 +168,13 @@ fn sample(stats: &Stats, leader: bool, leading_since_ms: u64, now: u64) {
     let (lag, age) = if leader {
         let acked_ms = stats.acked_commit_ms.load(Relaxed);
         (
-            lag_ms(read.as_ref(), acked.as_ref().map(|a| (a, acked_ms)), stats.source.at_end.load(Relaxed), now),
+            lag_ms(
+                read.as_ref(),
+                stats.source.first_read_ms(),
+                acked.as_ref().map(|a| (a, acked_ms)),
+                stats.source.at_end.load(Relaxed),
+                now,
+            ),
             checkpoint_age_ms(read.as_ref().map(|r| &r.0), health.checkpoint().as_ref(), leading_since_ms, now),
         )
     } else {
@@ -242,15 +260,20 @@ mod tests {
     fn lag_is_zero_only_when_everything_read_is_acknowledged_at_the_end_of_the_binlog() {
         let read = (pos("b.000001", 900), 1_000_000);
         let (all, some) = (pos("b.000001", 900), pos("b.000001", 400));
-        assert_eq!(lag_ms(None, None, true, 5_000_000), 0, "nothing read yet");
-        assert_eq!(lag_ms(Some(&read), Some((&all, 1_000_000)), true, 5_000_000), 0, "idle source");
+        assert_eq!(lag_ms(None, 0, None, true, 5_000_000), 0, "nothing read yet");
+        assert_eq!(lag_ms(Some(&read), 0, Some((&all, 1_000_000)), true, 5_000_000), 0, "idle source");
         assert_eq!(
-            lag_ms(Some(&read), Some((&all, 1_000_000)), false, 1_000_300),
+            lag_ms(Some(&read), 0, Some((&all, 1_000_000)), false, 1_000_300),
             300,
             "all read is acknowledged, but the reader may be behind the source: age of the last change"
         );
-        assert_eq!(lag_ms(Some(&read), Some((&some, 997_500)), false, 1_002_500), 5_000, "in flight: age of the oldest unacknowledged");
-        assert_eq!(lag_ms(Some(&read), None, false, 1_000_700), 700, "nothing acknowledged yet");
+        assert_eq!(lag_ms(Some(&read), 0, Some((&some, 997_500)), false, 1_002_500), 5_000, "in flight: age of the oldest unacknowledged");
+        assert_eq!(lag_ms(Some(&read), 0, None, false, 1_000_700), 700, "nothing acknowledged yet, first read unknown");
+        assert_eq!(
+            lag_ms(Some(&read), 998_700, None, false, 1_000_700),
+            2_000,
+            "a new tenure catching up: the first change it read is the oldest not acknowledged"
+        );
     }
 
     #[test]

@@ -19,6 +19,9 @@
 //! that returned an error are counted apart (an app's fail safe may refuse rather than serve
 //! a stale value).
 //!
+//! The Cluster runs with `cluster-require-full-coverage no` (the recommended setting;
+//! `BENCH_FULL_COVERAGE=yes` for Redis's default) and no replicas, `cluster-node-timeout` 5 s.
+//!
 //! Phases (seconds from `BENCH_PHASE_SECS`, default 10): no fault; the broker frozen
 //! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; the leader killed (SIGKILL);
 //! settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
@@ -90,6 +93,13 @@ async fn main() -> anyhow::Result<()> {
     let bound_ms = env_u64("BENCH_BOUND_MS", 2_000);
     let phase_secs = Duration::from_secs(env_u64("BENCH_PHASE_SECS", 10));
     let cluster = tk::OwnedCluster::start_new()?;
+    // What the docs recommend for a Cluster binval writes to (README "While things fail"): a
+    // master frozen past `cluster-node-timeout` must not make the others refuse their slots.
+    let coverage = std::env::var("BENCH_FULL_COVERAGE").unwrap_or_else(|_| "no".into());
+    for url in cluster.urls() {
+        let mut c = redis::Client::open(url)?.get_connection()?;
+        redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg(&coverage).query::<()>(&mut c)?;
+    }
     let broker = tk::OwnedBroker::start_new()?;
     let bench = Bench::with_services(rows, cluster.urls(), broker.bootstrap()).await?;
     let topic = format!("{}_faults", bench.prefix);

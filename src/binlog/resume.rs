@@ -44,12 +44,21 @@ pub struct SourceStats {
     /// The end position and commit time (Unix ms; the heartbeat row's `NOW(6)` for a
     /// heartbeat) of the last transaction passed on.
     read: std::sync::Mutex<Option<(SourcePosition, u64)>>,
+    /// The commit time (Unix ms) of the first transaction passed on in this tenure: while
+    /// nothing is acknowledged yet, the oldest change that may not be in Redis and Kafka.
+    first_read_ms: std::sync::atomic::AtomicU64,
 }
 
 impl SourceStats {
     /// The reader passes on the transaction ending at `position`, committed at
     /// `commit_time_ms`: the `read` position of the monitor's lag and position gauges.
     pub fn transaction_read(&self, position: &SourcePosition, commit_time_ms: u64) {
+        let _ = self.first_read_ms.compare_exchange(
+            0,
+            commit_time_ms,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) = Some((position.clone(), commit_time_ms));
     }
 
@@ -60,6 +69,13 @@ impl SourceStats {
         *self.read.lock().unwrap_or_else(|e| e.into_inner()) = None;
         self.at_end.store(false, std::sync::atomic::Ordering::Relaxed);
         self.in_flight.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.first_read_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The commit time (Unix ms) of the first transaction passed on in this tenure (0: none
+    /// yet, or unknown).
+    pub fn first_read_ms(&self) -> u64 {
+        self.first_read_ms.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The end position and commit time (Unix ms) of the last transaction passed on.

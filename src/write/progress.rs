@@ -67,6 +67,8 @@ pub struct Observed {
     pub at_end: bool,
     /// Binlog events received so far (heartbeats included).
     pub events: u64,
+    /// Commit time (Unix ms) of the first transaction this tenure read (0: none yet).
+    pub first_read_ms: u64,
 }
 
 impl Observed {
@@ -77,6 +79,7 @@ impl Observed {
             in_flight: stats.source.in_flight.load(Relaxed),
             at_end: stats.source.at_end.load(Relaxed),
             events: stats.source.events.load(Relaxed),
+            first_read_ms: stats.source.first_read_ms(),
         }
     }
 
@@ -111,7 +114,7 @@ impl Observed {
 /// after a commit, then 0 once the primary's heartbeat arrives, where the base alone announces
 /// up to `heartbeat_ms` + 1 s.
 pub fn announced_lag_ms(o: &Observed, quiet_since_ms: Option<u64>, now_ms: u64) -> u64 {
-    let base = monitor::lag_ms(o.tenure_read(), o.enqueued.as_ref().map(|(p, ms)| (p, *ms)), o.at_end, now_ms);
+    let base = monitor::lag_ms(o.tenure_read(), o.first_read_ms, o.enqueued.as_ref().map(|(p, ms)| (p, *ms)), o.at_end, now_ms);
     match quiet_since_ms {
         Some(q) if o.all_enqueued() => base.min(now_ms.saturating_sub(q).max(base.saturating_sub(HEADER_RESOLUTION_MS))),
         _ => base,
@@ -267,7 +270,14 @@ mod tests {
     }
 
     fn obs(read: Option<(u64, u64)>, enqueued: Option<(u64, u64)>, in_flight: i64, at_end: bool) -> Observed {
-        Observed { read: read.map(|(p, ms)| (pos(p), ms)), enqueued: enqueued.map(|(p, ms)| (pos(p), ms)), in_flight, at_end, events: 0 }
+        Observed {
+            read: read.map(|(p, ms)| (pos(p), ms)),
+            enqueued: enqueued.map(|(p, ms)| (pos(p), ms)),
+            in_flight,
+            at_end,
+            events: 0,
+            first_read_ms: 0,
+        }
     }
 
     #[test]
