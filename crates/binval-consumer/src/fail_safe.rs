@@ -41,7 +41,11 @@
 //! `lag_ms` and the instant it was received (monotonic: no clock of another host is read); the
 //! source lag is the worst over them of `lag_ms + (now - received)`
 //! ([`crate::Consumer::source_lag`], gauge `binval_consumer_source_lag_ms`). So a binval that
-//! stops sending (frozen, cut off, its broker gone) makes it grow by itself. It counts only
+//! stops sending (frozen, cut off from the broker) makes it grow by itself. The time since
+//! received counts only as far as the stream is confirmed (plus two observation intervals):
+//! when the *broker* stops answering, nothing says binval stopped, the source lag stops
+//! growing and the stream lag takes over (local cache bypassed, Redis read: binval keeps
+//! writing Redis while the broker is away). It counts only
 //! once a progress message has been seen (consumers of an older binval keep the stream lag
 //! alone), or from `build()` on with [`crate::ConsumerBuilder::require_progress`]. Past the
 //! bound the local cache is bypassed like for the stream lag, and a Redis read is not served as
@@ -271,7 +275,14 @@ impl FailSafe {
     /// The source lag at `now` (the worst (source, partition)); `None` while it does not count
     /// (no progress message seen and none required).
     pub(crate) fn source_lag(&self, now: Instant) -> Option<Duration> {
-        source_lag_of(&self.lock().progress, None, now)
+        let st = self.lock();
+        source_lag_of(&st.progress, None, now, st.confirmed_at, self.slack())
+    }
+
+    /// How far a healthy stream's confirmation may trail `now` (two observation intervals):
+    /// see [`source_lag_of`].
+    fn slack(&self) -> Duration {
+        observe_every(self.bound) * 2
     }
 
     /// The lag of each of `slots` (hash slots of a key's replicas) at `now`, per the newest
@@ -282,7 +293,12 @@ impl FailSafe {
         if !st.progress.on {
             return None;
         }
-        Some(slots.iter().map(|&slot| source_lag_of(&st.progress, Some(slot), now).unwrap_or_default()).collect())
+        Some(
+            slots
+                .iter()
+                .map(|&slot| source_lag_of(&st.progress, Some(slot), now, st.confirmed_at, self.slack()).unwrap_or_default())
+                .collect(),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -331,7 +347,7 @@ impl FailSafe {
         let mut st = self.lock();
         let lag = now.saturating_duration_since(st.confirmed_at);
         shared.counters.stream_lag(lag);
-        let source_lag = source_lag_of(&st.progress, None, now);
+        let source_lag = source_lag_of(&st.progress, None, now, st.confirmed_at, self.slack());
         if let Some(l) = source_lag {
             shared.counters.source_lag(l);
         }
@@ -386,11 +402,19 @@ impl FailSafe {
 /// The worst lag over every tracked (source, partition) at `now`, of `slot` (`None`: the
 /// whole source); the time since the progress began to count while none is tracked; `None`
 /// while it does not count.
-fn source_lag_of(p: &Progress, slot: Option<u16>, now: Instant) -> Option<Duration> {
+///
+/// Time without a progress message counts only up to what the stream confirms:
+/// `confirmed_at` (every message the broker held then has been read) plus `slack` (how far a
+/// healthy stream's confirmation trails: two observation intervals). A binval that stops
+/// sending while the broker answers grows its lag by itself; a broker that stops answering
+/// does not make binval look behind (the stream lag covers it: the local cache is bypassed and
+/// Redis, which binval keeps writing while the broker is away, is read).
+fn source_lag_of(p: &Progress, slot: Option<u16>, now: Instant, confirmed_at: Instant, slack: Duration) -> Option<Duration> {
     if !p.on {
         return None;
     }
-    Some(p.seen.values().map(|s| s.lag_at(slot, now)).max().unwrap_or_else(|| now.saturating_duration_since(p.since)))
+    let upto = now.min(confirmed_at + slack);
+    Some(p.seen.values().map(|s| s.lag_at(slot, upto)).max().unwrap_or_else(|| upto.saturating_duration_since(p.since)))
 }
 
 /// What the checker thread tells the listener, in order (a partition is announced before any
@@ -681,7 +705,11 @@ mod tests {
         fs.progress(&progress("shop", 1, 0, 3), [0, 1].into_iter(), t0 + Duration::from_millis(1_300));
         fs.evaluate(&s, t0 + Duration::from_millis(1_310), "t");
         assert!(s.is_serving_local(), "both lags under half the bound: resumed");
-        // Messages stop arriving: the lag grows by itself.
+        // The broker stops answering (no confirmation after 1.0 s): nothing says binval
+        // stopped; the source lag stops at the confirmation plus the slack (2 x 250 ms).
+        assert_eq!(fs.source_lag(t0 + Duration::from_millis(3_300)), Some(Duration::from_millis(500)));
+        // Messages stop arriving while the broker answers: the lag grows by itself.
+        fs.confirmed(t0 + Duration::from_millis(3_300));
         assert_eq!(fs.source_lag(t0 + Duration::from_millis(3_300)), Some(Duration::from_millis(2_300)));
         // A partition added later counts from when it was assigned.
         fs.partitions_added(&[2], t0 + Duration::from_millis(3_300));
