@@ -447,7 +447,9 @@ async fn recover(
         .into()
     };
     let Some(topic) = &earlier.topic else {
-        return Err(refuse("the invalidation topic holds no message to recover the start from".into()));
+        return Err(refuse(
+            "the invalidation topic holds no event of binval run for this source's mappings to recover the start from".into(),
+        ));
     };
     let fence = FenceRule::resolve(cfg, info.mariadb);
     let Some(m) = topic.resume_mark(&fence) else {

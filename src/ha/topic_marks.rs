@@ -40,8 +40,9 @@
 //! [`Mark::Before`]; events other commands published (`binval replay`, `verify --repair` and
 //! `bootstrap --publish`, marked with [`WRITER_HEADER`]; `binval republish`, marked with
 //! [`REPUBLISHED_HEADER`]) are skipped — their versions are not the run's progress (a repair
-//! writes at a snapshot's position, which can be ahead of what `run` applied); anything else is
-//! skipped as not binval's. [`Mark::Through`] is the place for messages that vouch for a
+//! writes at a snapshot's position, which can be ahead of what `run` applied); so are events of
+//! keys no mapping of this source renders (another source publishing to the same topic: events
+//! name no source, their keys do), and anything that is not an invalidation event. [`Mark::Through`] is the place for messages that vouch for a
 //! position *inclusive* (a per-partition progress message "everything up to here is in Redis
 //! and enqueued before me"): such a message makes a quiet partition's bound recent. None is
 //! published yet; [`classify`] is where it would be recognised.
@@ -115,8 +116,12 @@ pub enum Classified {
 }
 
 /// Judge one message of the topic by its headers (`(name, value)` pairs) and payload (module
-/// docs, "Which messages count").
-pub fn classify<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>, payload: &[u8]) -> Classified {
+/// docs, "Which messages count"); `ours` says whether an event is of this source's mappings.
+pub fn classify<'h>(
+    headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>,
+    payload: &[u8],
+    ours: &dyn Fn(&InvalidationEvent) -> bool,
+) -> Classified {
     for (name, _) in headers {
         if name == REPUBLISHED_HEADER {
             return Classified::Skip("republished by binval republish");
@@ -126,8 +131,20 @@ pub fn classify<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>
         }
     }
     match InvalidationEvent::from_json(payload) {
-        Ok(ev) => Classified::Mark(Mark::Before(ev.position)),
+        Ok(ev) if ours(&ev) => Classified::Mark(Mark::Before(ev.position)),
+        Ok(_) => Classified::Skip("events of keys no mapping of this source renders"),
         Err(_) => Classified::Skip("not an invalidation event"),
+    }
+}
+
+/// Whether an event is of a mapping of `cfg`: its key fits one of the key templates (a
+/// `truncate` event's key is the template itself).
+fn ours_of(cfg: &Config) -> impl Fn(&InvalidationEvent) -> bool {
+    let resolver = crate::scan::keyspace::KeyResolver::new(&cfg.mappings);
+    let templates: Vec<String> = cfg.mappings.iter().flat_map(|m| m.keys.iter().cloned()).collect();
+    move |ev: &InvalidationEvent| match ev.op {
+        binval_protocol::Op::Truncate => templates.contains(&ev.key),
+        _ => resolver.owner(&ev.key).is_some(),
     }
 }
 
@@ -194,6 +211,7 @@ impl TopicReport {
 /// (transient: the topic may be created later).
 pub fn read(cfg: &Config) -> Result<TopicReport, Error> {
     let topic = cfg.kafka.topic.as_str();
+    let ours = ours_of(cfg);
     let consumer = consumer(cfg)?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -211,11 +229,11 @@ pub fn read(cfg: &Config) -> Result<TopicReport, Error> {
             unknown.push(p);
         } else if high > low {
             report.messages += high - low;
-            found.push((p, tail_mark(&consumer, topic, p, low, high)?));
+            found.push((p, tail_mark(&consumer, topic, p, low, high, &ours)?));
         }
     }
     if !unknown.is_empty() {
-        found.extend(scan_until_idle(&consumer, topic, &unknown)?);
+        found.extend(scan_until_idle(&consumer, topic, &unknown, &ours)?);
     }
     found.sort_by_key(|(p, _)| *p);
     for (p, tail) in found {
@@ -243,12 +261,19 @@ struct Tail {
 
 /// The newest mark of partition `p` (messages `low..high`): the last `FIRST_WINDOW`, then 4x
 /// as many further back, until one is found or `MAX_MESSAGES_PER_PARTITION` were read.
-fn tail_mark(consumer: &MarkConsumer, topic: &str, p: i32, low: i64, high: i64) -> Result<Tail, Error> {
+fn tail_mark(
+    consumer: &MarkConsumer,
+    topic: &str,
+    p: i32,
+    low: i64,
+    high: i64,
+    ours: &dyn Fn(&InvalidationEvent) -> bool,
+) -> Result<Tail, Error> {
     let (mut end, mut window, mut read) = (high, FIRST_WINDOW, 0i64);
     let mut skipped: Vec<&'static str> = Vec::new();
     loop {
         let start = (end - window).max(low);
-        let msgs = read_range(consumer, topic, p, start, end)?;
+        let msgs = read_range(consumer, topic, p, start, end, ours)?;
         read += end - start;
         let mut newest = None;
         for (offset, c) in msgs {
@@ -274,7 +299,14 @@ fn tail_mark(consumer: &MarkConsumer, topic: &str, p: i32, low: i64, high: i64) 
 }
 
 /// Messages `start..end` of partition `p`, classified, in offset order.
-fn read_range(consumer: &MarkConsumer, topic: &str, p: i32, start: i64, end: i64) -> Result<Vec<(i64, Classified)>, Error> {
+fn read_range(
+    consumer: &MarkConsumer,
+    topic: &str,
+    p: i32,
+    start: i64,
+    end: i64,
+    ours: &dyn Fn(&InvalidationEvent) -> bool,
+) -> Result<Vec<(i64, Classified)>, Error> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(start)).expect("valid partition");
     consumer.assign(&tpl).map_err(|e| TransientError::Kafka(format!("assign {topic} partition {p}: {e}")))?;
@@ -287,7 +319,7 @@ fn read_range(consumer: &MarkConsumer, topic: &str, p: i32, start: i64, end: i64
                 if m.offset() >= end {
                     break;
                 }
-                out.push((m.offset(), classify_message(&m)));
+                out.push((m.offset(), classify_message(&m, ours)));
             }
             Some(Err(e)) => return Err(TransientError::Kafka(format!("read {topic} partition {p}: {e}")).into()),
             None if last.elapsed() > Duration::from_secs(10) => {
@@ -305,7 +337,12 @@ fn read_range(consumer: &MarkConsumer, topic: &str, p: i32, start: i64, end: i64
 
 /// Partitions `ps` whose high watermark is 0 (empty, or a broker that reports none): read
 /// together from their start until quiet ([`IDLE`]; [`EMPTY`] while nothing came at all).
-fn scan_until_idle(consumer: &MarkConsumer, topic: &str, ps: &[i32]) -> Result<Vec<(i32, Tail)>, Error> {
+fn scan_until_idle(
+    consumer: &MarkConsumer,
+    topic: &str,
+    ps: &[i32],
+    ours: &dyn Fn(&InvalidationEvent) -> bool,
+) -> Result<Vec<(i32, Tail)>, Error> {
     let mut tpl = TopicPartitionList::new();
     for &p in ps {
         tpl.add_partition_offset(topic, p, Offset::Beginning).expect("valid partition");
@@ -320,7 +357,7 @@ fn scan_until_idle(consumer: &MarkConsumer, topic: &str, ps: &[i32]) -> Result<V
                 read += 1;
                 let Some((_, tail)) = tails.iter_mut().find(|(p, _)| *p == m.partition()) else { continue };
                 tail.read += 1;
-                if let Classified::Mark(mark) = classify_message(&m) {
+                if let Classified::Mark(mark) = classify_message(&m, ours) {
                     tail.mark = Some(PartitionMark { partition: m.partition(), offset: m.offset(), mark });
                 }
             }
@@ -331,9 +368,9 @@ fn scan_until_idle(consumer: &MarkConsumer, topic: &str, ps: &[i32]) -> Result<V
     Ok(tails)
 }
 
-fn classify_message<M: Message>(m: &M) -> Classified {
+fn classify_message<M: Message>(m: &M, ours: &dyn Fn(&InvalidationEvent) -> bool) -> Classified {
     let headers: Vec<(&str, Option<&[u8]>)> = m.headers().map(|h| h.iter().map(|h| (h.key, h.value)).collect()).unwrap_or_default();
-    classify(headers, m.payload().unwrap_or_default())
+    classify(headers, m.payload().unwrap_or_default(), ours)
 }
 
 /// A consumer outside any group's offsets (manual assignment, no commits), with the brokers'
@@ -366,10 +403,12 @@ mod tests {
     fn only_run_events_are_marks() {
         let e = ev("b.000001", 100, "0-1-5");
         let at = SourcePosition { file: "b.000001".into(), pos: 100, gtid: Some("0-1-5".into()) };
-        assert_eq!(classify([], &e), Classified::Mark(Mark::Before(at)));
-        assert!(matches!(classify([(REPUBLISHED_HEADER, Some(&b"1"[..]))], &e), Classified::Skip(_)));
-        assert!(matches!(classify([(WRITER_HEADER, Some(&b"repair"[..]))], &e), Classified::Skip(_)));
-        assert!(matches!(classify([], b"{}"), Classified::Skip(_)));
+        let all = |_: &InvalidationEvent| true;
+        assert_eq!(classify([], &e, &all), Classified::Mark(Mark::Before(at)));
+        assert!(matches!(classify([(REPUBLISHED_HEADER, Some(&b"1"[..]))], &e, &all), Classified::Skip(_)));
+        assert!(matches!(classify([(WRITER_HEADER, Some(&b"repair"[..]))], &e, &all), Classified::Skip(_)));
+        assert!(matches!(classify([], b"{}", &all), Classified::Skip(_)));
+        assert!(matches!(classify([], &e, &|_| false), Classified::Skip(_)), "another source's event");
     }
 
     #[test]

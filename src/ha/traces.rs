@@ -12,8 +12,9 @@
 //! * keys of the mappings' templates: a version token or a suffix replica (`SCAN MATCH
 //!   <template glob>:*` on every master, at most [`SCAN_BUDGET`] keys visited per master and
 //!   template, stopping at the first);
-//! * messages on the invalidation topic, and among them the newest event of `binval run` per
-//!   partition ([`crate::ha::topic_marks`]), from which the start plan recovers the start.
+//! * events of this source's mappings on the invalidation topic, and among them the newest
+//!   event of `binval run` per partition ([`crate::ha::topic_marks`]), from which the start plan
+//!   recovers the start (other messages are only a note).
 //!
 //! Nothing is changed: the findings are words for the log, `binval check` and the refusal,
 //! and the topic's marks for the start plan.
@@ -64,8 +65,9 @@ impl Earlier {
             notes.push(format!("the fencing-token counter {key} = {t} (some tenure took the lease; binval run's own lease makes it too)"));
         }
         let key = format!("binval:{{{name}}}:bootstrap");
-        let exists: bool = c.query(redis::cmd("EXISTS").arg(&key)).await.map_err(|e| crate::error::classify_redis(e, &key))?;
-        if exists {
+        // PTTL, not EXISTS: the README's ACL rules for binval allow it (-2: no such key).
+        let ttl: i64 = c.query(redis::cmd("PTTL").arg(&key)).await.map_err(|e| crate::error::classify_redis(e, &key))?;
+        if ttl != -2 {
             found.push(format!("bootstrap progress {key}"));
         }
         for m in &cfg.mappings {
@@ -80,10 +82,15 @@ impl Earlier {
         let topic = tokio::task::spawn_blocking(move || topic_marks::read(&c2))
             .await
             .map_err(|e| crate::error::task_failed("topic reader", e))??;
-        let topic = if topic.has_messages() {
+        // Only this source's events tell of an earlier run of it (another source may publish
+        // to the same topic); partitions holding only other messages are named in the report.
+        let topic = if !topic.marks.is_empty() {
             found.push(format!("messages on the invalidation {}", topic.describe()));
             Some(topic)
         } else {
+            if topic.has_messages() {
+                notes.push(format!("the invalidation {} holds no event of this source's mappings", topic.describe()));
+            }
             None
         };
         Ok(Earlier { location: location.to_string(), found, notes, topic })
