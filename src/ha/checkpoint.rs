@@ -351,7 +351,17 @@ impl RedisStore {
                 None => Ok(None),
             };
         }
-        let (copy, bad) = self.newest_copy().await?;
+        let (copy, bad, unreachable) = self.newest_copy().await?;
+        if copy.is_none() && !unreachable.is_empty() {
+            // A master that is down may hold the newest copy: try again rather than go on
+            // without one.
+            return Err(TransientError::Checkpoint(format!(
+                "{loc}: the checkpoint key is {} and its copies cannot all be read now: {}",
+                if unreadable.is_some() { "unreadable" } else { "missing" },
+                unreachable.join("; ")
+            ))
+            .into());
+        }
         match (copy, unreadable) {
             (Some((key, cp)), why) => {
                 tracing::warn!(
@@ -377,8 +387,10 @@ impl RedisStore {
     }
 
     /// Every candidate copy key read in one batch: the newest valid copy (fencing token, then
-    /// `saved_at_ms`) and the unreadable ones (`key: why`).
-    async fn newest_copy(&self) -> Result<(Option<(String, Checkpoint)>, Vec<String>), Error> {
+    /// `saved_at_ms`), the unreadable ones and those that could not be read now (a master
+    /// down), each as `key: why`.
+    #[allow(clippy::type_complexity)]
+    async fn newest_copy(&self) -> Result<(Option<(String, Checkpoint)>, Vec<String>, Vec<String>), Error> {
         let keys: Vec<String> = (1..=COPY_CANDIDATES).map(|n| copy_key(&self.source_name, n)).collect();
         let make = |i: usize| {
             let mut cmd = redis::cmd("HGET");
@@ -386,13 +398,17 @@ impl RedisStore {
             (hash_slot(keys[i].as_bytes()), cmd)
         };
         let replies = self.conn.run_batch(keys.len(), &make, None).await;
-        let (mut best, mut bad): (Option<(String, Checkpoint)>, Vec<String>) = (None, Vec::new());
+        let (mut best, mut bad, mut unreachable): (Option<(String, Checkpoint)>, Vec<String>, Vec<String>) = (None, Vec::new(), Vec::new());
         for (key, reply) in keys.iter().zip(replies) {
             let text: Option<String> = match reply.and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from)) {
                 Ok(t) => t,
+                // A master that is down: its copies cannot be read now (the others may do).
+                Err(e) if crate::error::classify_redis(e.clone(), key).is_transient() => {
+                    unreachable.push(format!("{key}: {e}"));
+                    continue;
+                }
+                // WRONGTYPE and the like: something else holds the key.
                 Err(e) => {
-                    // WRONGTYPE and the like: something else holds the key; a master that is
-                    // down: its copies cannot be read now (the others may do).
                     bad.push(format!("{key}: {e}"));
                     continue;
                 }
@@ -408,7 +424,7 @@ impl RedisStore {
                 Err(e) => bad.push(format!("{key}: {e}")),
             }
         }
-        Ok((best, bad))
+        Ok((best, bad, unreachable))
     }
 
     /// The keys to write copies to: for each master other than the checkpoint key's, the
