@@ -98,35 +98,20 @@ impl PresentGuard {
             return Ok(None);
         }
         self.stats.checked.fetch_add(suspects.len() as u64, Relaxed);
-        let resolver = &self.resolver;
-        let owners: Vec<Option<(usize, usize, Vec<(String, String)>)>> = suspects
-            .iter()
-            .map(|&i| {
-                let o = resolver.owner(&group.changes[i].key)?;
-                Some((o.mapping, o.template, o.values.iter().map(|(c, v)| (c.clone(), v.to_string())).collect()))
-            })
-            .collect();
-        let templates: Vec<_> = owners
-            .iter()
-            .map(|o| o.as_ref().map(|(m, j, _)| (resolver.mappings[*m].table.clone(), self.resolver.templates[*m][*j].clone())))
-            .collect();
+        let lookups: Vec<Option<RowLookup>> = suspects.iter().map(|&i| self.lookup(&group.changes[i].key)).collect();
         let scanner = match self.scanner(redis).await {
             Ok(s) => s,
             Err(e) => return Err(unusable(e)),
         };
         let snap = scanner.snap.begin().await.map_err(unusable)?;
         let mut present: Vec<Option<KeyChange>> = Vec::with_capacity(suspects.len());
-        for ((&i, owner), tpl) in suspects.iter().zip(&owners).zip(&templates) {
-            let (Some((_, j, values)), Some((table, template))) = (owner, tpl) else {
+        for (&i, l) in suspects.iter().zip(&lookups) {
+            let Some((l, t)) = l.as_ref().and_then(|l| Some((l, scanner.tables.iter().position(|st| *st.table == *l.table)?))) else {
                 present.push(None);
                 continue;
             };
-            let Some(t) = scanner.tables.iter().position(|st| *st.table == **table) else {
-                present.push(None);
-                continue;
-            };
-            let rows = crate::commands::verify::forward::rows_by_key(scanner, t, template, values).await?;
-            let check = crate::commands::verify::forward::key_check(scanner, t, &group.changes[i].key, *j, values.clone(), &rows);
+            let rows = crate::commands::verify::forward::rows_by_key(scanner, t, &l.template, &l.values).await?;
+            let check = crate::commands::verify::forward::key_check(scanner, t, &group.changes[i].key, l.index, l.values.clone(), &rows);
             present.push(Some(check.change));
         }
         scanner.snap.end().await?;
@@ -180,6 +165,27 @@ impl PresentGuard {
         }
         out.rows = group.rows;
         Ok(Some(out))
+    }
+}
+
+/// How a key's row is found: the mapping's table, the key template (its index in the mapping)
+/// and the column texts the key was rendered from.
+struct RowLookup {
+    table: String,
+    index: usize,
+    template: binval_protocol::KeyTemplate,
+    values: Vec<(String, String)>,
+}
+
+impl PresentGuard {
+    fn lookup(&self, key: &str) -> Option<RowLookup> {
+        let o = self.resolver.owner(key)?;
+        Some(RowLookup {
+            table: self.resolver.mappings[o.mapping].table.clone(),
+            index: o.template,
+            template: self.resolver.templates[o.mapping][o.template].clone(),
+            values: o.values.iter().map(|(c, v)| (c.clone(), v.to_string())).collect(),
+        })
     }
 }
 

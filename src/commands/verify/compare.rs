@@ -102,7 +102,8 @@ pub fn compare(expected: &Expected<'_>, state: &KeyState) -> Vec<Finding> {
         }
         if let Some(m) = &state.version_invalid {
             out.push(finding(Kind::Version, None, m.clone()));
-        } else if state.version.is_none() {
+        } else if state.version.is_none() && out.is_empty() {
+            // (With a payload the key is `extra` already, and the repair rewrites it whole.)
             if let Some((i, p)) = newest_replica(state) {
                 out.push(finding(
                     Kind::Missing,
