@@ -42,10 +42,16 @@
 //! [`REPUBLISHED_HEADER`]) are skipped — their versions are not the run's progress (a repair
 //! writes at a snapshot's position, which can be ahead of what `run` applied); so are events of
 //! keys no mapping of this source renders (another source publishing to the same topic: events
-//! name no source, their keys do), and anything that is not an invalidation event. [`Mark::Through`] is the place for messages that vouch for a
-//! position *inclusive* (a per-partition progress message "everything up to here is in Redis
-//! and enqueued before me"): such a message makes a quiet partition's bound recent. None is
-//! published yet; [`classify`] is where it would be recognised.
+//! name no source, their keys do), and anything that is not an invalidation event.
+//!
+//! A **progress message** (Kafka header [`KIND_HEADER`] = `progress`: binval sends one to each
+//! partition every `kafka.progress_interval_ms`, saying "everything of the source up to
+//! `position` is in Redis and its events are enqueued before me in this partition") of this
+//! source (`source` = `source.name`) with a `position` is a [`Mark::Through`]: it vouches for
+//! its position inclusive, so a quiet partition's bound is as recent as the last one. It is
+//! read by its JSON fields (`schema` 1, `source`, `position`), not by a shared type, so this
+//! reader does not depend on the sender's version; a binval that sends none leaves the events
+//! alone to bound the partition. Messages of other kinds are skipped.
 //!
 //! # Cost
 //!
@@ -85,8 +91,7 @@ pub enum Mark {
     /// delivered.
     Before(SourcePosition),
     /// Everything up to and including the transaction ending at this position is in Redis, and
-    /// its events for this partition were delivered (a progress message; none is published
-    /// yet).
+    /// its events for this partition were delivered (a progress message of the source).
     Through(SourcePosition),
 }
 
@@ -115,36 +120,76 @@ pub enum Classified {
     Skip(&'static str),
 }
 
+/// Kafka header naming what a message on the topic is when it is not an invalidation event
+/// (`progress` for binval's progress messages).
+pub const KIND_HEADER: &str = "binval.kind";
+
+/// Which messages are this source's: progress messages naming `source.name`, events whose
+/// key fits one of its mappings' key templates (a `truncate` event's key is the template).
+pub struct Ours {
+    source: String,
+    resolver: crate::scan::keyspace::KeyResolver,
+    templates: Vec<String>,
+}
+
+impl Ours {
+    /// The messages of `cfg`'s source.
+    pub fn of(cfg: &Config) -> Self {
+        Ours {
+            source: cfg.source.name.clone(),
+            resolver: crate::scan::keyspace::KeyResolver::new(&cfg.mappings),
+            templates: cfg.mappings.iter().flat_map(|m| m.keys.iter().cloned()).collect(),
+        }
+    }
+
+    fn event(&self, ev: &InvalidationEvent) -> bool {
+        match ev.op {
+            binval_protocol::Op::Truncate => self.templates.contains(&ev.key),
+            _ => self.resolver.owner(&ev.key).is_some(),
+        }
+    }
+}
+
 /// Judge one message of the topic by its headers (`(name, value)` pairs) and payload (module
-/// docs, "Which messages count"); `ours` says whether an event is of this source's mappings.
-pub fn classify<'h>(
-    headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>,
-    payload: &[u8],
-    ours: &dyn Fn(&InvalidationEvent) -> bool,
-) -> Classified {
-    for (name, _) in headers {
+/// docs, "Which messages count"), for the source `ours`.
+pub fn classify<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>)>, payload: &[u8], ours: &Ours) -> Classified {
+    let mut kind = None;
+    for (name, value) in headers {
         if name == REPUBLISHED_HEADER {
             return Classified::Skip("republished by binval republish");
         }
         if name == WRITER_HEADER {
             return Classified::Skip("published by binval replay, verify --repair or bootstrap");
         }
+        if name == KIND_HEADER {
+            kind = Some(value.unwrap_or_default());
+        }
+    }
+    match kind {
+        None => {}
+        Some(b"progress") => return progress(payload, ours),
+        Some(_) => return Classified::Skip("a message of another kind"),
     }
     match InvalidationEvent::from_json(payload) {
-        Ok(ev) if ours(&ev) => Classified::Mark(Mark::Before(ev.position)),
+        Ok(ev) if ours.event(&ev) => Classified::Mark(Mark::Before(ev.position)),
         Ok(_) => Classified::Skip("events of keys no mapping of this source renders"),
         Err(_) => Classified::Skip("not an invalidation event"),
     }
 }
 
-/// Whether an event is of a mapping of `cfg`: its key fits one of the key templates (a
-/// `truncate` event's key is the template itself).
-fn ours_of(cfg: &Config) -> impl Fn(&InvalidationEvent) -> bool {
-    let resolver = crate::scan::keyspace::KeyResolver::new(&cfg.mappings);
-    let templates: Vec<String> = cfg.mappings.iter().flat_map(|m| m.keys.iter().cloned()).collect();
-    move |ev: &InvalidationEvent| match ev.op {
-        binval_protocol::Op::Truncate => templates.contains(&ev.key),
-        _ => resolver.owner(&ev.key).is_some(),
+/// A progress message (module docs): a [`Mark::Through`] when it is this source's, of schema
+/// 1, with a position.
+fn progress(payload: &[u8], ours: &Ours) -> Classified {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(payload) else { return Classified::Skip("an unreadable progress message") };
+    if v["schema"].as_u64() != Some(1) {
+        return Classified::Skip("a progress message of a schema this reader does not know");
+    }
+    if v["source"].as_str() != Some(ours.source.as_str()) {
+        return Classified::Skip("progress messages of another source");
+    }
+    match serde_json::from_value::<SourcePosition>(v["position"].clone()) {
+        Ok(p) => Classified::Mark(Mark::Through(p)),
+        Err(_) => Classified::Skip("progress messages without a position (nothing applied yet in their tenure)"),
     }
 }
 
@@ -211,7 +256,7 @@ impl TopicReport {
 /// (transient: the topic may be created later).
 pub fn read(cfg: &Config) -> Result<TopicReport, Error> {
     let topic = cfg.kafka.topic.as_str();
-    let ours = ours_of(cfg);
+    let ours = Ours::of(cfg);
     let consumer = consumer(cfg)?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
@@ -261,14 +306,7 @@ struct Tail {
 
 /// The newest mark of partition `p` (messages `low..high`): the last `FIRST_WINDOW`, then 4x
 /// as many further back, until one is found or `MAX_MESSAGES_PER_PARTITION` were read.
-fn tail_mark(
-    consumer: &MarkConsumer,
-    topic: &str,
-    p: i32,
-    low: i64,
-    high: i64,
-    ours: &dyn Fn(&InvalidationEvent) -> bool,
-) -> Result<Tail, Error> {
+fn tail_mark(consumer: &MarkConsumer, topic: &str, p: i32, low: i64, high: i64, ours: &Ours) -> Result<Tail, Error> {
     let (mut end, mut window, mut read) = (high, FIRST_WINDOW, 0i64);
     let mut skipped: Vec<&'static str> = Vec::new();
     loop {
@@ -299,14 +337,7 @@ fn tail_mark(
 }
 
 /// Messages `start..end` of partition `p`, classified, in offset order.
-fn read_range(
-    consumer: &MarkConsumer,
-    topic: &str,
-    p: i32,
-    start: i64,
-    end: i64,
-    ours: &dyn Fn(&InvalidationEvent) -> bool,
-) -> Result<Vec<(i64, Classified)>, Error> {
+fn read_range(consumer: &MarkConsumer, topic: &str, p: i32, start: i64, end: i64, ours: &Ours) -> Result<Vec<(i64, Classified)>, Error> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(start)).expect("valid partition");
     consumer.assign(&tpl).map_err(|e| TransientError::Kafka(format!("assign {topic} partition {p}: {e}")))?;
@@ -337,12 +368,7 @@ fn read_range(
 
 /// Partitions `ps` whose high watermark is 0 (empty, or a broker that reports none): read
 /// together from their start until quiet ([`IDLE`]; [`EMPTY`] while nothing came at all).
-fn scan_until_idle(
-    consumer: &MarkConsumer,
-    topic: &str,
-    ps: &[i32],
-    ours: &dyn Fn(&InvalidationEvent) -> bool,
-) -> Result<Vec<(i32, Tail)>, Error> {
+fn scan_until_idle(consumer: &MarkConsumer, topic: &str, ps: &[i32], ours: &Ours) -> Result<Vec<(i32, Tail)>, Error> {
     let mut tpl = TopicPartitionList::new();
     for &p in ps {
         tpl.add_partition_offset(topic, p, Offset::Beginning).expect("valid partition");
@@ -368,7 +394,7 @@ fn scan_until_idle(
     Ok(tails)
 }
 
-fn classify_message<M: Message>(m: &M, ours: &dyn Fn(&InvalidationEvent) -> bool) -> Classified {
+fn classify_message<M: Message>(m: &M, ours: &Ours) -> Classified {
     let headers: Vec<(&str, Option<&[u8]>)> = m.headers().map(|h| h.iter().map(|h| (h.key, h.value)).collect()).unwrap_or_default();
     classify(headers, m.payload().unwrap_or_default(), ours)
 }
@@ -393,7 +419,7 @@ mod tests {
 
     fn ev(file: &str, pos: u64, gtid: &str) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
-            "schema": 1, "key": "k", "version": 1, "op": "update", "table": "a.b",
+            "schema": 1, "key": "k:1", "version": 1, "op": "update", "table": "a.b",
             "position": {"file": file, "pos": pos, "gtid": gtid}, "commit_time_ms": 0, "publish_time_ms": 0
         }))
         .unwrap()
@@ -403,12 +429,30 @@ mod tests {
     fn only_run_events_are_marks() {
         let e = ev("b.000001", 100, "0-1-5");
         let at = SourcePosition { file: "b.000001".into(), pos: 100, gtid: Some("0-1-5".into()) };
-        let all = |_: &InvalidationEvent| true;
-        assert_eq!(classify([], &e, &all), Classified::Mark(Mark::Before(at)));
-        assert!(matches!(classify([(REPUBLISHED_HEADER, Some(&b"1"[..]))], &e, &all), Classified::Skip(_)));
-        assert!(matches!(classify([(WRITER_HEADER, Some(&b"repair"[..]))], &e, &all), Classified::Skip(_)));
-        assert!(matches!(classify([], b"{}", &all), Classified::Skip(_)));
-        assert!(matches!(classify([], &e, &|_| false), Classified::Skip(_)), "another source's event");
+        let cfg = |keys: &str| {
+            crate::config::Config::from_toml(&format!(
+                "[source]\nname = \"s\"\nurl = \"mysql://u@h:3306\"\nserver_id = 9\n[redis]\nmode = \"standalone\"\nurls = [\"redis://h:6379\"]\n[kafka]\nbrokers = \"h:9092\"\n[[mappings]]\ntable = \"a.b\"\nkeys = [\"{keys}\"]\nreplicas = 3\n"
+            ))
+            .unwrap()
+        };
+        let ours = Ours::of(&cfg("k:{id}"));
+        assert_eq!(classify([], &e, &ours), Classified::Mark(Mark::Before(at.clone())));
+        assert!(matches!(classify([(REPUBLISHED_HEADER, Some(&b"1"[..]))], &e, &ours), Classified::Skip(_)));
+        assert!(matches!(classify([(WRITER_HEADER, Some(&b"repair"[..]))], &e, &ours), Classified::Skip(_)));
+        assert!(matches!(classify([], b"{}", &ours), Classified::Skip(_)));
+        assert!(matches!(classify([], &e, &Ours::of(&cfg("other:{id}"))), Classified::Skip(_)), "another source's event");
+        let progress = |source: &str, position: bool| {
+            let mut v = serde_json::json!({"schema": 1, "source": source, "partition": 0, "commit_time_ms": 0, "lag_ms": 0, "fencing_token": 1, "publish_time_ms": 0});
+            if position {
+                v["position"] = serde_json::json!({"file": "b.000001", "pos": 100, "gtid": "0-1-5"});
+            }
+            serde_json::to_vec(&v).unwrap()
+        };
+        let kind = [(KIND_HEADER, Some(&b"progress"[..]))];
+        assert_eq!(classify(kind, &progress("s", true), &ours), Classified::Mark(Mark::Through(at)));
+        assert!(matches!(classify(kind, &progress("t", true), &ours), Classified::Skip(_)), "another source's progress");
+        assert!(matches!(classify(kind, &progress("s", false), &ours), Classified::Skip(_)), "no position yet");
+        assert!(matches!(classify([(KIND_HEADER, Some(&b"other"[..]))], &e, &ours), Classified::Skip(_)));
     }
 
     #[test]
