@@ -14,8 +14,10 @@
 # while the updates are timed, and reports the rate reached and how much of the time each app
 # instance served from its local cache, e.g. `DEMO_LOAD=1000 scripts/demo.sh`.
 #
-# Every run starts binval at the binlog's current end: an earlier run's checkpoint (left in
-# Redis, and possibly far behind after activity on the demo database) is dropped first, so the
+# Every run starts binval at the binlog's current end: an earlier run's checkpoint and its
+# copies (left in Redis, and possibly far behind after activity on the demo database) are
+# dropped first, and the start is the primary's position now (an explicit source.start: with
+# "current", the traces of the earlier run would make binval recover from the topic), so the
 # demo never spends its time catching up on old changes.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,9 +33,18 @@ mkdir -p "$STATE"
 LOG="$STATE/binval-demo.log"
 BIN=target/release/binval
 
-echo "==> dropping an earlier demo run's checkpoint: binval starts at the binlog's current end (source.start = \"current\")"
+echo "==> dropping an earlier demo run's checkpoint and its copies: binval starts at the binlog's current end"
 redis_cli="$(command -v redis-cli)"
 "$redis_cli" -c -p 17001 DEL "binval:{demo}:checkpoint" >/dev/null
+for port in ${BINVAL_CLUSTER_PORTS:-17001 17002 17003}; do
+  "$redis_cli" -p "$port" --scan --pattern 'binval:{demo~cp*}:checkpoint' | while read -r k; do
+    "$redis_cli" -c -p "$port" DEL "$k" >/dev/null
+  done
+done
+mariadb="$(command -v mariadb || command -v mysql)"
+now="$("$mariadb" --no-defaults -uroot -h127.0.0.1 -P"${BINVAL_MARIADB_PORT:-13306}" --protocol=TCP -N -e 'SHOW MASTER STATUS' | awk '{print $1 ":" $2}')"
+export BINVAL__SOURCE__START="$now"
+echo "    source.start = $now"
 
 echo "==> binval check"
 "$BIN" check --config config/demo.toml

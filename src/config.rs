@@ -371,12 +371,23 @@ pub struct CheckpointConfig {
     /// Save at most this often while events flow, ms. Default 1000.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
+    /// Redis Cluster: on how many masters the checkpoint is kept (the key
+    /// `binval:{<source name>}:checkpoint` beside the lease, plus copies under keys whose hash
+    /// tags put them on other masters), so the loss of one master's data loses no checkpoint
+    /// (`crate::ha::checkpoint`). 1 = no copies. Default 3 (at most the number of masters).
+    /// Ignored on standalone Redis and for `store = "file"`.
+    #[serde(default = "default_copies")]
+    pub copies: usize,
 }
 
 impl Default for CheckpointConfig {
     fn default() -> Self {
-        CheckpointConfig { store: CheckpointStore::Redis, path: None, interval_ms: default_interval_ms() }
+        CheckpointConfig { store: CheckpointStore::Redis, path: None, interval_ms: default_interval_ms(), copies: default_copies() }
     }
+}
+
+fn default_copies() -> usize {
+    3
 }
 
 /// What goes into the replicas.
@@ -654,6 +665,9 @@ impl Config {
         }
         if self.checkpoint.interval_ms == 0 {
             return Err(bad("checkpoint.interval_ms".into(), "must be > 0".into()));
+        }
+        if !(1..=crate::ha::checkpoint::MAX_COPIES).contains(&self.checkpoint.copies) {
+            return Err(bad("checkpoint.copies".into(), format!("must be 1..={}", crate::ha::checkpoint::MAX_COPIES)));
         }
         if self.metrics.ready_max_lag_ms == 0 {
             return Err(bad("metrics.ready_max_lag_ms".into(), "must be > 0".into()));

@@ -54,8 +54,14 @@ pub enum DefiniteError {
     #[error("source setting {setting} is {found:?}, binval needs {want}: set `{setting}={want}` in the server configuration (my.cnf [mysqld]) or SET GLOBAL {setting}='{want}', then restart binval")]
     SourceSetting { setting: &'static str, found: String, want: &'static str },
     /// The start position is no longer (or never was) in the primary's binlog.
-    #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end, and no GTID of it can be resumed by here, so binval cannot read the changes since then (it never silently starts from now). To recover without serving stale rows: delete the checkpoint (Redis key binval:{{<source.name>}}:checkpoint, or the checkpoint file), set source.start = \"current\", start `binval run`, then run `binval bootstrap --restart` (rewrites every mapped row at a fenced position) and `binval verify --repair` (removes keys of rows deleted meanwhile); see README \"Start and resume\"")]
+    #[error("the source does not have binlog position {position}: {message}. The position was purged, is not an event boundary, or lies beyond the end, and no GTID of it can be resumed by here, so binval cannot read the changes since then (it never silently starts from now). To recover without serving stale rows: delete the checkpoint (Redis key binval:{{<source.name>}}:checkpoint and its copies binval:{{<source.name>~cp<n>}}:checkpoint, or the checkpoint file), set source.start to the primary's position now (`SHOW MASTER STATUS`, e.g. BINVAL__SOURCE__START=mysql-bin.000042:4 for that one start), start `binval run`, then run `binval bootstrap --restart` (rewrites every mapped row at a fenced position) and `binval verify --repair` (removes keys of rows deleted meanwhile); see README \"Incidents\"")]
     PositionGone { position: String, message: String },
+    /// No checkpoint (nor a copy of it) was found, `source.start` is `current`, and an earlier
+    /// run of the source left traces (`ha::traces`) from which the start cannot be recovered
+    /// (`binlog::start_plan`): starting at the primary's position now would skip whatever
+    /// that run had not applied.
+    #[error("no checkpoint of source {source_name} in {location}, but an earlier run of it left traces: {found}. {message}")]
+    EarlierRunLost { source_name: String, location: String, found: String, message: String },
     /// The checkpoint's position belongs to another server and cannot be translated to this
     /// one (see `binlog::start_plan`).
     #[error("the checkpoint {checkpoint} cannot be resumed on this server ({server}): {message}")]

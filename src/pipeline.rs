@@ -303,27 +303,10 @@ async fn prepare(
     for p in &problems.schema {
         tracing::warn!(problem = %p, "mapping does not match the source schema");
     }
-    let plan = start_plan::plan(&cfg.source, saved.as_ref(), &mut conn, &info, &logs).await?;
-    drop(conn);
     let loc = store.location();
-    match &plan.how {
-        start_plan::How::Checkpoint => {
-            tracing::info!(from = %plan.resume, server = %info.identity, store = %loc, "resuming from checkpoint")
-        }
-        start_plan::How::CheckpointByGtid { checkpoint, why } => tracing::warn!(
-            from = %plan.resume,
-            checkpoint = %checkpoint,
-            server = %info.identity,
-            reason = %why,
-            "resuming from the checkpoint by its GTIDs: its binlog position does not name the same place on this server (a failover, or a purged file)"
-        ),
-        start_plan::How::Configured { current } => {
-            if *current {
-                tracing::warn!(store = %loc, "no checkpoint found: starting at the primary's current position. If binval ran before with this source name, its checkpoint is lost (e.g. Redis data loss) and changes since then are not replayed: stop and set source.start to a position before the loss");
-            }
-            tracing::info!(from = %plan.resume, server = %info.identity, store = %loc, "no checkpoint; starting at source.start");
-        }
-    }
+    let plan = start_plan::plan_start(cfg, saved.as_ref(), &loc, redis, &mut conn, &info, &logs).await?;
+    drop(conn);
+    plan.log(&info.identity, &loc, store.loaded_from());
     if let Some(p) = &plan.pin {
         // Pin the start now: a crash before the first transaction must not move a
         // `current` start forward and skip changes.

@@ -225,6 +225,25 @@ impl RedisConn {
         Ok(())
     }
 
+    /// The first key matching the glob `pattern` found by `SCAN` on the server, or on each
+    /// master of a cluster in turn, visiting at most about `budget` keys per server (`SCAN`
+    /// visits every key; `MATCH` filters after): `None` when none was found within the budget.
+    /// For "does anything of this kind exist?" on a keyspace of any size. Errors are classified
+    /// per [`classify_redis`], naming the pattern.
+    pub async fn scan_first(&self, pattern: &str, budget: u64) -> Result<Option<String>, Error> {
+        match self {
+            RedisConn::Standalone(c) => scan_first_on(&mut c.clone(), pattern, budget).await,
+            RedisConn::Cluster(..) => {
+                for mut node in self.cluster_masters().await? {
+                    if let Some(k) = scan_first_on(&mut node, pattern, budget).await? {
+                        return Ok(Some(k));
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
     /// A plain connection to every Cluster master (`CLUSTER SLOTS`); empty for standalone.
     pub async fn cluster_masters(&self) -> Result<Vec<redis::aio::MultiplexedConnection>, Error> {
         let RedisConn::Cluster(_, state) = self else { return Ok(Vec::new()) };
@@ -248,6 +267,15 @@ impl RedisConn {
         let fresh = SlotMap::from_cluster_slots(&reply);
         *map.map.write().expect("slot map lock") = fresh.clone();
         Ok(fresh)
+    }
+
+    /// `f` of binval's copy of the slot map (cluster), as last read; `None` for standalone
+    /// Redis.
+    pub fn with_slot_map<R>(&self, f: impl FnOnce(&SlotMap) -> R) -> Option<R> {
+        match self {
+            RedisConn::Standalone(_) => None,
+            RedisConn::Cluster(_, state) => Some(f(&state.map.read().expect("slot map lock"))),
+        }
     }
 
     /// Replace binval's copy of the slot map (cluster; a no-op for standalone): for tests of a
@@ -428,6 +456,31 @@ async fn scan_into<C: redis::aio::ConnectionLike>(
         cursor = next;
         if cursor == 0 {
             return Ok(());
+        }
+    }
+}
+
+/// [`RedisConn::scan_first`] on one server.
+async fn scan_first_on<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &str, budget: u64) -> Result<Option<String>, Error> {
+    const COUNT: u64 = 1000;
+    let (mut cursor, mut visited) = (0u64, 0u64);
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(COUNT)
+            .query_async(conn)
+            .await
+            .map_err(|e| classify_redis(e, pattern))?;
+        if let Some(k) = batch.into_iter().next() {
+            return Ok(Some(k));
+        }
+        visited += COUNT;
+        cursor = next;
+        if cursor == 0 || visited >= budget {
+            return Ok(None);
         }
     }
 }

@@ -62,6 +62,60 @@ pub async fn group_start(cfg: &SourceConfig, position: &BinlogPosition, origin: 
     Ok(start)
 }
 
+/// Where the transaction whose last event ends at `end` begins (its GTID event, or `BEGIN`):
+/// a position to re-read that transaction from, when only its end is known (an invalidation
+/// event's position, [`crate::ha::topic_marks`]). Reads `end.file` from its start to `end`
+/// over its own replica connection (`cfg.server_id`), through the reader's event handlers.
+///
+/// Errors: [`DefiniteError::StartPosition`] (naming `origin`) when no event of the file ends
+/// at `end` (another server's position, or the file was rewritten); a file the server does
+/// not have (see [`classify_mysql`]); connection failures (transient).
+pub async fn transaction_start(cfg: &SourceConfig, end: &BinlogPosition, origin: &str) -> Result<BinlogPosition, Error> {
+    let refuse = |message: String| -> Error {
+        DefiniteError::StartPosition { origin: origin.to_string(), position: end.to_string(), message }.into()
+    };
+    let at = end.to_string();
+    let conn = connect(cfg).await?;
+    let name = end.file.clone().into_bytes();
+    let req = BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
+    let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &at))?;
+    let mapper = Mapper::default();
+    let mut state = ReadState::default();
+    let mut xa = PreparedXas::default();
+    let stats = SourceStats::default();
+    let resume = Resume::FilePos(SourcePosition { file: end.file.clone(), pos: 4, gtid: None });
+    let mut ctx = ReadContext::new(&mapper, &mut state, &mut xa, &stats, false, &resume, ReadSettings::default());
+    let result = loop {
+        let ev = match stream.next().await {
+            None => break Err(refuse("no event of the file ends there (the binlog ends before it)".into())),
+            Some(Err(e)) => break Err(classify_mysql(e, &at)),
+            Some(Ok(ev)) => ev,
+        };
+        let h = ev.header();
+        if h.log_pos() != 0 && h.event_type_raw() != FORMAT_DESCRIPTION_EVENT {
+            let (begins, ends) = ((h.log_pos() as u64).saturating_sub(h.event_size() as u64), h.log_pos() as u64);
+            if ends == end.pos {
+                // The transaction's last event: its group began at the last group start seen
+                // (an event of its own when none came before it).
+                let start = ctx.group_start.as_ref().map(|s| s.pos).filter(|&s| s <= begins).unwrap_or(begins);
+                break Ok(BinlogPosition::new(end.file.clone(), start));
+            }
+            if begins >= end.pos {
+                break Err(refuse(format!("no event of the file ends there: the event at {begins} ends at {ends}")));
+            }
+        }
+        ctx.framer.push(ev);
+        while let Some(framed) = ctx.framer.next() {
+            if let Ok(framed) = framed {
+                let _ = events::handle(&mut ctx, &framed);
+            }
+        }
+    };
+    drop(ctx);
+    let _ = stream.close().await;
+    result
+}
+
 /// True when the event at `position` is a GTID event (it begins an event group). Any failure
 /// (an impossible position the server refuses, a connection error) is `false`: the full scan
 /// then says what is wrong.

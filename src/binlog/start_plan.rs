@@ -32,6 +32,28 @@
 //! its transaction by [`crate::binlog::boundary`], or a GTID position), and the start is pinned
 //! into the checkpoint at once together with the GTID state at that position, so a failover
 //! before the first transaction is still resumed by GTID.
+//!
+//! # No checkpoint, but an earlier run left traces
+//!
+//! The checkpoint is kept on several Redis Cluster masters ([`crate::ha::checkpoint`]); when
+//! no copy of it is found, the caller looks for what an earlier run of the source left
+//! ([`Earlier`]: keys of the mappings' templates, bootstrap progress, messages on the topic).
+//! A first start finds nothing and goes on as above. Otherwise, with `source.start =
+//! "current"` (the default, which means "a first start"):
+//!
+//! 4. **Recovered from the topic**: the oldest of the partitions' newest events of `binval run`
+//!    ([`crate::ha::topic_marks`] says why that is the safe point) names a transaction; the
+//!    tenure starts at that transaction's first event ([`boundary::transaction_start`]), if
+//!    this server's binlog still holds it (the file is listed, and on MariaDB
+//!    `BINLOG_GTID_POS` there names the event's GTID), and pins it as the checkpoint. A warning
+//!    names the partitions, the position and the traces.
+//! 5. **Refused** otherwise ([`DefiniteError::EarlierRunLost`]): the error names what was
+//!    found, where the checkpoint was looked for, why the topic does not help, and the exact
+//!    commands that recover (start once at the primary's position now, then `binval verify
+//!    --repair`).
+//!
+//! An explicit `source.start` (`FILE:POS`, a GTID) is the operator's decision and is used as
+//! given; the traces are named in a warning.
 
 use binval_protocol::{BinlogPosition, MariadbGtidPosition, MysqlGtidSet, SourcePosition};
 use mysql_async::Conn;
@@ -43,6 +65,8 @@ use crate::binlog::server::{self, ServerIdentity, ServerInfo};
 use crate::config::{FenceMode, SourceConfig, StartForms, StartPoint};
 use crate::error::{DefiniteError, Error};
 use crate::ha::checkpoint::{Checkpoint, GtidState, Origin};
+use crate::ha::topic_marks::Mark;
+pub use crate::ha::traces::Earlier;
 use crate::write::fence::FenceRule;
 
 /// How the start was chosen, for the log line and `binval check`.
@@ -62,6 +86,19 @@ pub enum How {
     Configured {
         /// `source.start = "current"`.
         current: bool,
+        /// What an earlier run left, when something was found (an explicit `source.start` is
+        /// used all the same).
+        traces: Option<String>,
+    },
+    /// No checkpoint, and an earlier run left traces: the start recovered from the topic
+    /// (module docs, rule 4).
+    Recovered {
+        /// The traces found.
+        traces: String,
+        /// The event the start comes from: partition, offset, position.
+        from: String,
+        /// The topic's newest event of `binval run` per partition.
+        topic: String,
     },
 }
 
@@ -92,22 +129,75 @@ impl StartPlan {
             How::CheckpointByGtid { checkpoint, why } => {
                 format!("{} (the checkpoint {checkpoint} by its GTIDs: {why})", self.resume)
             }
-            How::Configured { .. } => format!("{} (no checkpoint; source.start)", self.resume),
+            How::Configured { traces: None, .. } => format!("{} (no checkpoint; source.start)", self.resume),
+            How::Configured { traces: Some(t), .. } => {
+                format!("{} (no checkpoint; source.start as given, although an earlier run left traces: {t})", self.resume)
+            }
+            How::Recovered { from, .. } => {
+                format!("{} (no checkpoint: recovered from the topic, the start of the transaction of {from})", self.resume)
+            }
+        }
+    }
+
+    /// The log line of the decision (`binval run`, at the start of each tenure). `server`: the
+    /// server read; `store`: where the checkpoint is kept; `loaded_from`: the copy it was read
+    /// from when the checkpoint key was missing.
+    pub fn log(&self, server: &ServerIdentity, store: &str, loaded_from: Option<&str>) {
+        match &self.how {
+            How::Checkpoint => match loaded_from {
+                None => tracing::info!(from = %self.resume, server = %server, store = %store, "resuming from checkpoint"),
+                Some(copy) => {
+                    tracing::warn!(from = %self.resume, server = %server, copy = %copy, store = %store, "resuming from a copy of the checkpoint: the checkpoint key was missing (its master lost its data?); keys lost with that master are restored by `binval verify --repair`")
+                }
+            },
+            How::CheckpointByGtid { checkpoint, why } => tracing::warn!(
+                from = %self.resume,
+                checkpoint = %checkpoint,
+                server = %server,
+                reason = %why,
+                copy = loaded_from.unwrap_or("-"),
+                "resuming from the checkpoint by its GTIDs: its binlog position does not name the same place on this server (a failover, or a purged file)"
+            ),
+            How::Configured { current: true, traces: None } => {
+                tracing::info!(from = %self.resume, server = %server, store = %store, "no checkpoint and no trace of an earlier run: a first start, at the primary's current position (source.start = \"current\")")
+            }
+            How::Configured { traces: None, .. } => {
+                tracing::info!(from = %self.resume, server = %server, store = %store, "no checkpoint; starting at source.start")
+            }
+            How::Configured { traces: Some(t), .. } => tracing::warn!(
+                from = %self.resume,
+                server = %server,
+                store = %store,
+                traces = %t,
+                "no checkpoint, although an earlier run left traces: starting at source.start as given (an operator's position)"
+            ),
+            How::Recovered { traces, from, topic } => tracing::warn!(
+                from = %self.resume,
+                event = %from,
+                topic = %topic,
+                traces = %traces,
+                store = %store,
+                "no checkpoint, but an earlier run left traces: resuming where the topic shows it stopped (the oldest of the partitions' newest events of binval run). Keys lost with the checkpoint's Redis data are restored by `binval verify --repair`"
+            ),
         }
     }
 }
 
 /// Decide where to start on the server behind `conn` (`info`: its preflight, `logs`: its
-/// binary logs), from the saved checkpoint or else `cfg.start`. See the module docs.
+/// binary logs), from the saved checkpoint, else from what an earlier run left (`earlier`,
+/// gathered by the caller when there is no checkpoint; [`Earlier::default`] otherwise), else
+/// `cfg.start`. See the module docs.
 ///
 /// Errors: [`DefiniteError::ResumeElsewhere`] where the checkpoint can be resumed neither by
 /// position nor by GTID here (or only under a higher `source.fence_epoch`);
 /// [`DefiniteError::PositionGone`] for a `source.start` file the server does not have;
-/// config errors for a `source.start` that does not parse or does not fit the server;
-/// connection failures (transient).
+/// [`DefiniteError::EarlierRunLost`] where an earlier run left traces and the start cannot be
+/// recovered from the topic; config errors for a `source.start` that does not parse or does
+/// not fit the server; connection failures (transient).
 pub async fn plan(
     cfg: &SourceConfig,
     saved: Option<&Checkpoint>,
+    earlier: &Earlier,
     conn: &mut Conn,
     info: &ServerInfo,
     logs: &[String],
@@ -115,8 +205,27 @@ pub async fn plan(
     let origin = Origin { server: Some(info.identity.clone()), fence_epoch: cfg.fence_epoch };
     match saved {
         Some(c) => from_checkpoint(cfg, c, conn, info, logs, origin).await,
-        None => from_configured(cfg, conn, info, logs, origin).await,
+        None => from_configured(cfg, earlier, conn, info, logs, origin).await,
     }
+}
+
+/// [`plan`] for `binval run` and `binval check`: the checkpoint loaded from `store` (a copy when
+/// the key is missing), else the traces of an earlier run looked for ([`Earlier::gather`]), then
+/// the decision. Returns the plan and the checkpoint it started from.
+pub async fn plan_start(
+    cfg: &crate::config::Config,
+    saved: Option<&Checkpoint>,
+    store_location: &str,
+    redis: &crate::redis_conn::RedisConn,
+    conn: &mut Conn,
+    info: &ServerInfo,
+    logs: &[String],
+) -> Result<StartPlan, Error> {
+    let earlier = match saved {
+        Some(_) => Earlier::default(),
+        None => Earlier::gather(cfg, redis, store_location).await?,
+    };
+    plan(&cfg.source, saved, &earlier, conn, info, logs).await
 }
 
 async fn from_checkpoint(
@@ -189,7 +298,7 @@ async fn from_checkpoint(
     };
     if state.xa.hold.is_some() || c.xa.applied.is_some() {
         return Err(refuse(format!(
-            "{why}; a prepared XA transaction is held at {at} (its changes are applied at its XA COMMIT), and that place cannot be found by GTID: replay it with `binval replay --from` a position of this server before its XA PREPARE, then delete the checkpoint"
+            "{why}; a prepared XA transaction is held at {at} (its changes are applied at its XA COMMIT), and that place cannot be found by GTID: replay it with `binval replay --from` a position of this server before its XA PREPARE, then delete the checkpoint and its copies (keys listed by `binval check`)"
         )));
     }
     let resume = if info.mariadb {
@@ -206,7 +315,7 @@ async fn from_checkpoint(
             "and this server has gtid_mode OFF, so nothing names the checkpoint's transaction here"
         };
         return Err(refuse(format!(
-            "{why}, {missing}: set source.start to the position on this server that follows the checkpoint's last transaction, delete the checkpoint and start again (README \"Failover\")"
+            "{why}, {missing}: set source.start to the position on this server that follows the checkpoint's last transaction, delete the checkpoint and its copies (keys listed by `binval check`) and start again (README \"Failover\")"
         )));
     };
     gtids_still_there(conn, &resume, logs, &checkpoint_text).await?;
@@ -254,6 +363,7 @@ async fn gtids_still_there(conn: &mut Conn, resume: &Resume, logs: &[String], ch
 
 async fn from_configured(
     cfg: &SourceConfig,
+    earlier: &Earlier,
     conn: &mut Conn,
     info: &ServerInfo,
     logs: &[String],
@@ -261,13 +371,17 @@ async fn from_configured(
 ) -> Result<StartPlan, Error> {
     let start = StartPoint::parse(&cfg.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
     let current = start == StartPoint::Current;
+    if current && earlier.any() {
+        return recover(cfg, earlier, conn, info, logs, origin).await;
+    }
+    let traces = earlier.any().then(|| earlier.describe());
     let plan = |resume: Resume, gtids: GtidState, pin: Option<SourcePosition>| StartPlan {
         resume,
         gtids,
         state: ReadState::default(),
         origin: origin.clone(),
         pin,
-        how: How::Configured { current },
+        how: How::Configured { current, traces: traces.clone() },
     };
     Ok(match start {
         StartPoint::Current => {
@@ -307,6 +421,74 @@ async fn from_configured(
             ))
         }
         StartPoint::Time(_) => return Err(Error::config("source.start", "a date-time is not a start position here")),
+    })
+}
+
+/// Rules 4 and 5 of the module docs: no checkpoint, `source.start = "current"`, and `earlier`
+/// found traces.
+async fn recover(
+    cfg: &SourceConfig,
+    earlier: &Earlier,
+    conn: &mut Conn,
+    info: &ServerInfo,
+    logs: &[String],
+    origin: Origin,
+) -> Result<StartPlan, Error> {
+    let now = format!("{}:{}", info.current.file, info.current.pos);
+    let refuse = |why: String| -> Error {
+        DefiniteError::EarlierRunLost {
+            source_name: cfg.name.clone(),
+            location: earlier.location.clone(),
+            found: earlier.describe(),
+            message: format!(
+                "{why}; starting at the primary's position now would skip what that run had not applied. To recover: start `binval run` once with source.start = \"{now}\" (the primary's position now; e.g. BINVAL__SOURCE__START={now} binval run --config <file>), then run `binval verify --config <file> --repair` beside it (it rewrites every key the database disagrees with, deleted rows included) and `binval verify --config <file>` until it exits 0 (README \"Incidents\")"
+            ),
+        }
+        .into()
+    };
+    let Some(topic) = &earlier.topic else {
+        return Err(refuse(
+            "the invalidation topic holds no event of binval run for this source's mappings to recover the start from".into(),
+        ));
+    };
+    let fence = FenceRule::resolve(cfg, info.mariadb);
+    let Some(m) = topic.resume_mark(&fence) else {
+        return Err(refuse(format!("no partition of the {} holds an event of binval run", topic.describe())));
+    };
+    let p = m.mark.position().clone();
+    let from = format!("partition {} offset {} at {p}", m.partition, m.offset);
+    if !logs.contains(&p.file) {
+        return Err(refuse(format!(
+            "the safe point the topic gives (the oldest of the partitions' newest events, {from}) is in binlog file {}, which this server no longer has (its binary logs: {})",
+            p.file,
+            logs.join(", ")
+        )));
+    }
+    let end = BinlogPosition::new(p.file.clone(), p.pos);
+    if let (true, Some(g)) = (info.mariadb, p.gtid.as_deref().and_then(|g| g.parse::<binval_protocol::MariadbGtid>().ok())) {
+        match server::mariadb_gtid_at(conn, &end).await? {
+            Some(here) if here.get(g.domain) == Some(g) => {}
+            here => {
+                return Err(refuse(format!(
+                    "the safe point the topic gives ({from}) does not name the same place on this server: its binlog is at GTID position {} there, not at the event's GTID {g} (another server's binlog: a failover?)",
+                    here.map(|h| h.to_string()).unwrap_or_else(|| "(none)".into())
+                )))
+            }
+        }
+    }
+    let at = match &m.mark {
+        Mark::Before(_) => boundary::transaction_start(cfg, &end, "the topic's recovery point").await?,
+        Mark::Through(_) => end,
+    };
+    let gtids = gtids_at(conn, info, &at, None).await?;
+    let at = SourcePosition { file: at.file, pos: at.pos, gtid: None };
+    Ok(StartPlan {
+        resume: Resume::FilePos(at.clone()),
+        gtids,
+        state: ReadState::default(),
+        origin,
+        pin: Some(at),
+        how: How::Recovered { traces: earlier.describe(), from, topic: topic.describe() },
     })
 }
 

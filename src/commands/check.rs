@@ -55,27 +55,39 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
             println!("{w}");
         }
     }
-    // Where `run` would start: the start plan of the checkpoint (the same decision `run`
-    // makes, refusals included), else source.start (its binlog file must still exist).
+    // Where `run` would start: the start plan (the same decision `run` makes, refusals
+    // included): the checkpoint (or its newest copy), else what an earlier run left (recovered
+    // from the topic, or refused), else source.start (its binlog file must still exist).
     let mut store = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis);
-    match store.load().await? {
+    let saved = store.load().await?;
+    let loc = store.location();
+    let logs = crate::binlog::server::binary_logs(&mut conn).await?;
+    let copies = store.copy_keys();
+    if !copies.is_empty() {
+        println!("checkpoint copies: {} (one per master other than the checkpoint key's)", copies.join(", "));
+    }
+    match &saved {
         Some(cp) => {
-            let logs = crate::binlog::server::binary_logs(&mut conn).await?;
-            let plan = crate::binlog::start_plan::plan(&cfg.source, Some(&cp), &mut conn, &info, &logs).await?;
-            println!(
-                "checkpoint: {}:{} in {}; run resumes at {} (source.start is ignored)",
-                cp.file,
-                cp.pos,
-                store.location(),
-                plan.describe()
-            );
+            let plan = crate::binlog::start_plan::plan_start(&cfg, saved.as_ref(), &loc, &redis, &mut conn, &info, &logs).await?;
+            let from = match store.loaded_from() {
+                Some(copy) => format!("copy {copy} (the checkpoint key is missing)"),
+                None => loc.clone(),
+            };
+            println!("checkpoint: {}:{} in {from}; run resumes at {} (source.start is ignored)", cp.file, cp.pos, plan.describe());
         }
         None => {
             if let Ok(StartPoint::Binlog(p)) = StartPoint::parse(&cfg.source.start, StartForms::SOURCE_START) {
-                let logs = crate::binlog::server::binary_logs(&mut conn).await?;
                 crate::binlog::server::require_binlog_file(&logs, &p, "source.start")?;
             }
-            println!("checkpoint: none in {}; run starts at source.start = {}", store.location(), cfg.source.start);
+            let earlier = crate::binlog::start_plan::Earlier::gather(&cfg, &redis, &loc).await?;
+            for n in &earlier.notes {
+                println!("note: {n}");
+            }
+            for t in &earlier.found {
+                println!("earlier run: {t}");
+            }
+            let plan = crate::binlog::start_plan::plan(&cfg.source, None, &earlier, &mut conn, &info, &logs).await?;
+            println!("checkpoint: none in {loc}; run starts at {}", plan.describe());
         }
     }
     // Read-only: check never creates the topic (run does, when kafka.create_topic is true).

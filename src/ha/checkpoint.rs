@@ -10,10 +10,35 @@
 //! In Redis the save is fenced: a script writes the checkpoint only while the saver's fencing
 //! token is the newest one handed out for the source (see [`crate::ha::lease`]), so a paused,
 //! stale instance can never move the shared checkpoint.
+//!
+//! # Copies on other masters (Redis Cluster)
+//!
+//! The checkpoint key shares the `{<source name>}` hash tag with the lease and the fencing-token
+//! counter (the fenced save reads the counter in the same script), so all three live on one
+//! master. A master that loses its data (FLUSHALL, a restart without persistence, a failover to
+//! an empty replica) would take the checkpoint with it, and the next tenure would not know
+//! where the last one stopped (issue #22, cause 4). So on a Cluster every save also writes
+//! `checkpoint.copies - 1` **copies** (default 2) to keys whose hash tags put them on *other*
+//! masters: `binval:{<name>~cp<n>}:checkpoint` for the first `n` in `1..=64` whose slot a
+//! master not yet holding one owns, chosen from the slot map at each save. A copy is a hash
+//! `{c: the checkpoint JSON, f: the fencing token of its writer}`, written by a script that
+//! refuses a writer with an older token than the one stored (the lease's counter is on another
+//! master, so the copy carries its own fence, as replicas do).
+//!
+//! [`CheckpointStoreImpl::load`] takes the checkpoint key when it is there (every save writes
+//! it first, so it is never older than a copy of the same tenure); when it is missing (or
+//! unreadable) it reads every candidate copy key and takes the newest valid copy (highest
+//! fencing token, then latest `saved_at_ms`), naming it in the log, `binval check` and
+//! [`CheckpointStoreImpl::loaded_from`]. Without any copy left (standalone Redis, `copies = 1`,
+//! or every master holding one lost), the start plan looks for what an earlier run left and
+//! recovers the start from the topic ([`crate::ha::traces`], [`crate::binlog::start_plan`]).
+//! A copy that fails to save (its master is down) is logged and skipped: the checkpoint key
+//! stays authoritative and the pipeline does not stall for a copy.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use binval_protocol::{BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, SourcePosition};
+use binval_protocol::{hash_slot, BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, SourcePosition};
 use serde::{Deserialize, Serialize};
 
 use crate::binlog::json_columns::JsonColumns;
@@ -63,6 +88,11 @@ pub struct Checkpoint {
     /// restart reads it again) and `xa.applied` the end of the last transaction applied.
     #[serde(default, skip_serializing_if = "XaCheckpoint::is_empty")]
     pub xa: XaCheckpoint,
+    /// The fencing token of the tenure that saved it (stamped by [`CheckpointStoreImpl::save`]);
+    /// orders copies of different tenures when the checkpoint key is lost. `None` in
+    /// checkpoints of older binval versions (read as 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
 }
 
 fn is_empty_json(j: &JsonColumns) -> bool {
@@ -169,11 +199,36 @@ pub struct Origin {
     pub fence_epoch: u8,
 }
 
+/// Most checkpoint copies `checkpoint.copies` may ask for (the checkpoint key included).
+pub const MAX_COPIES: usize = 8;
+
+/// Candidate copy keys `binval:{<name>~cp<n>}:checkpoint`, `n` in `1..=COPY_CANDIDATES`: enough
+/// that every master of a Cluster owns the slot of one with near certainty (64 keys over 8
+/// masters each miss a given one with probability (7/8)^64 < 0.02 %), few enough to read them
+/// all in one batch when the checkpoint key is lost.
+pub const COPY_CANDIDATES: usize = 64;
+
+/// The Redis store's state (see [`CheckpointStoreImpl::Redis`]).
+pub struct RedisStore {
+    conn: RedisConn,
+    source_name: String,
+    key: String,
+    fencing_token_key: String,
+    fencing_token: Option<u64>,
+    /// `checkpoint.copies` on a Cluster, 1 on standalone Redis.
+    copies: usize,
+    /// The copy key the last load took the checkpoint from (`None`: the checkpoint key).
+    loaded_from: Option<String>,
+    /// When a failed copy save was last logged (one warning per minute).
+    copy_warned: Option<Instant>,
+}
+
 /// Where checkpoints are read from and written to.
 pub enum CheckpointStoreImpl {
-    /// In Redis under `key`; saves are fenced by `fencing_token` against the counter at
-    /// `fencing_token_key` (see [`crate::ha::lease`]).
-    Redis { conn: RedisConn, source_name: String, key: String, fencing_token_key: String, fencing_token: Option<u64> },
+    /// In Redis under `binval:{<name>}:checkpoint`, with copies on other masters of a Cluster
+    /// (module docs); saves are fenced by the tenure's fencing token against the counter (see
+    /// [`crate::ha::lease`]), copies by the token they hold.
+    Redis(Box<RedisStore>),
     /// In a file.
     File { path: PathBuf },
 }
@@ -182,79 +237,93 @@ impl CheckpointStoreImpl {
     /// Build the store for `source_name`.
     pub fn new(cfg: &CheckpointConfig, source_name: &str, redis: &RedisConn) -> Self {
         match cfg.store {
-            CheckpointStore::Redis => CheckpointStoreImpl::Redis {
+            CheckpointStore::Redis => CheckpointStoreImpl::Redis(Box::new(RedisStore {
                 conn: redis.clone(),
                 source_name: source_name.to_string(),
                 key: checkpoint_key(source_name),
                 fencing_token_key: crate::ha::lease::fencing_token_key(source_name),
                 fencing_token: None,
-            },
+                copies: if matches!(redis, RedisConn::Cluster(..)) { cfg.copies.clamp(1, MAX_COPIES) } else { 1 },
+                loaded_from: None,
+                copy_warned: None,
+            })),
             CheckpointStore::File => CheckpointStoreImpl::File { path: cfg.path.clone().expect("validated") },
+        }
+    }
+
+    /// The copy key the last [`load`](Self::load) took the checkpoint from, when it was not the
+    /// checkpoint key itself (that one was missing or unreadable).
+    pub fn loaded_from(&self) -> Option<&str> {
+        match self {
+            CheckpointStoreImpl::Redis(r) => r.loaded_from.as_deref(),
+            CheckpointStoreImpl::File { .. } => None,
+        }
+    }
+
+    /// The keys the next save writes copies to (Redis Cluster, `checkpoint.copies` > 1): one per
+    /// master other than the checkpoint key's, from binval's slot map. Empty otherwise.
+    pub fn copy_keys(&self) -> Vec<String> {
+        match self {
+            CheckpointStoreImpl::Redis(r) => r.copy_targets(),
+            CheckpointStoreImpl::File { .. } => Vec::new(),
         }
     }
 
     /// Fence every later save (Redis store) with the fencing token of this instance's lease.
     pub fn set_fencing_token(&mut self, t: u64) {
-        if let CheckpointStoreImpl::Redis { fencing_token, .. } = self {
-            *fencing_token = Some(t);
+        if let CheckpointStoreImpl::Redis(r) = self {
+            r.fencing_token = Some(t);
         }
     }
 
-    /// Human-readable location, for logs and errors.
+    /// Human-readable location, for logs and errors: the checkpoint key (and how many masters
+    /// keep copies), or the file.
     pub fn location(&self) -> String {
         match self {
-            CheckpointStoreImpl::Redis { key, .. } => format!("redis key {key}"),
+            CheckpointStoreImpl::Redis(r) if r.copies > 1 => {
+                format!(
+                    "redis key {} (with copies on up to {} other masters: binval:{{{}~cp<n>}}:checkpoint)",
+                    r.key,
+                    r.copies - 1,
+                    r.source_name
+                )
+            }
+            CheckpointStoreImpl::Redis(r) => format!("redis key {}", r.key),
             CheckpointStoreImpl::File { path } => format!("file {}", path.display()),
         }
     }
 
-    /// Load the saved checkpoint, if any. A present but unreadable one is a definite error
-    /// (binval never guesses a start position).
+    /// Load the saved checkpoint, if any: the checkpoint key, else (Redis Cluster) the newest
+    /// valid copy (module docs; [`loaded_from`](Self::loaded_from) names it). A present but
+    /// unreadable checkpoint with no valid copy beside it is a definite error (binval never
+    /// guesses a start position).
     pub async fn load(&mut self) -> Result<Option<Checkpoint>, Error> {
         let loc = self.location();
-        let text = match self {
-            CheckpointStoreImpl::Redis { conn, key, .. } => {
-                conn.get(key).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
-            }
+        let cp = match self {
+            CheckpointStoreImpl::Redis(r) => r.load(&loc).await?,
             CheckpointStoreImpl::File { path } => match tokio::fs::read_to_string(&*path).await {
-                Ok(t) => Some(t),
+                Ok(t) => {
+                    Some(serde_json::from_str(&t).map_err(|e| DefiniteError::BadCheckpoint { location: loc, message: e.to_string() })?)
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => return Err(file_error(&loc, e)),
             },
         };
-        match text {
-            None => Ok(None),
-            Some(t) => {
-                let cp: Checkpoint =
-                    serde_json::from_str(&t).map_err(|e| DefiniteError::BadCheckpoint { location: loc, message: e.to_string() })?;
-                crate::telemetry::checkpoint_recorded(&cp.file, cp.pos, cp.saved_at_ms);
-                Ok(Some(cp))
-            }
+        if let Some(cp) = &cp {
+            crate::telemetry::checkpoint_recorded(&cp.file, cp.pos, cp.saved_at_ms);
         }
+        Ok(cp)
     }
 
-    /// Save `cp`.
+    /// Save `cp` (stamped with the store's fencing token): the checkpoint key, then (Redis
+    /// Cluster) its copies. Errors: the checkpoint key's save failed (transient) or was refused
+    /// under a newer fencing token ([`TransientError::LeaseLost`]); copies that fail are logged.
     pub async fn save(&mut self, cp: &Checkpoint) -> Result<(), Error> {
         let loc = self.location();
-        let text = serde_json::to_string(cp).expect("checkpoint serializes");
         match self {
-            CheckpointStoreImpl::Redis { conn, key, fencing_token: None, .. } => {
-                conn.set(key, &text).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?
-            }
-            CheckpointStoreImpl::Redis { conn, source_name, key, fencing_token_key, fencing_token: Some(t) } => {
-                let ok: i64 = conn
-                    .eval(SAVE_FENCED, &[key.clone(), fencing_token_key.clone()], &[text, t.to_string()])
-                    .await
-                    .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?;
-                if ok != 1 {
-                    return Err(TransientError::LeaseLost {
-                        source_name: source_name.clone(),
-                        message: format!("checkpoint save refused: fencing token {t} is no longer the newest"),
-                    }
-                    .into());
-                }
-            }
+            CheckpointStoreImpl::Redis(r) => r.save(cp, &loc).await?,
             CheckpointStoreImpl::File { path } => {
+                let text = serde_json::to_string(cp).expect("checkpoint serializes");
                 let path = path.clone();
                 tokio::task::spawn_blocking(move || write_atomically(&path, text.as_bytes()))
                     .await
@@ -263,6 +332,171 @@ impl CheckpointStoreImpl {
             }
         }
         crate::telemetry::checkpoint_recorded(&cp.file, cp.pos, cp.saved_at_ms);
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    async fn load(&mut self, loc: &str) -> Result<Option<Checkpoint>, Error> {
+        self.loaded_from = None;
+        let text = self.conn.get(&self.key).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?;
+        let unreadable = match text.as_deref().map(serde_json::from_str::<Checkpoint>) {
+            Some(Ok(cp)) => return Ok(Some(cp)),
+            Some(Err(e)) => Some(e.to_string()),
+            None => None,
+        };
+        if !matches!(self.conn, RedisConn::Cluster(..)) {
+            return match unreadable {
+                Some(message) => Err(DefiniteError::BadCheckpoint { location: loc.to_string(), message }.into()),
+                None => Ok(None),
+            };
+        }
+        let (copy, bad, unreachable) = self.newest_copy().await?;
+        if copy.is_none() && !unreachable.is_empty() {
+            // A master that is down may hold the newest copy: try again rather than go on
+            // without one.
+            return Err(TransientError::Checkpoint(format!(
+                "{loc}: the checkpoint key is {} and its copies cannot all be read now: {}",
+                if unreadable.is_some() { "unreadable" } else { "missing" },
+                unreachable.join("; ")
+            ))
+            .into());
+        }
+        match (copy, unreadable) {
+            (Some((key, cp)), why) => {
+                tracing::warn!(
+                    copy = %key,
+                    checkpoint_key = %self.key,
+                    position = %format!("{}:{}", cp.file, cp.pos),
+                    fencing_token = cp.fencing_token.unwrap_or(0),
+                    saved_at_ms = cp.saved_at_ms,
+                    "the checkpoint key is {}: using its newest copy",
+                    match &why { Some(e) => format!("unreadable ({e})"), None => "missing (its master lost its data?)".into() }
+                );
+                self.loaded_from = Some(key);
+                Ok(Some(cp))
+            }
+            (None, Some(message)) => Err(DefiniteError::BadCheckpoint { location: loc.to_string(), message }.into()),
+            (None, None) if !bad.is_empty() => Err(DefiniteError::BadCheckpoint {
+                location: loc.to_string(),
+                message: format!("the checkpoint key is missing and every copy found is unreadable: {}", bad.join("; ")),
+            }
+            .into()),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Every candidate copy key read in one batch: the newest valid copy (fencing token, then
+    /// `saved_at_ms`), the unreadable ones and those that could not be read now (a master
+    /// down), each as `key: why`.
+    #[allow(clippy::type_complexity)]
+    async fn newest_copy(&self) -> Result<(Option<(String, Checkpoint)>, Vec<String>, Vec<String>), Error> {
+        let keys: Vec<String> = (1..=COPY_CANDIDATES).map(|n| copy_key(&self.source_name, n)).collect();
+        let make = |i: usize| {
+            let mut cmd = redis::cmd("HGET");
+            cmd.arg(&keys[i]).arg("c");
+            (hash_slot(keys[i].as_bytes()), cmd)
+        };
+        let replies = self.conn.run_batch(keys.len(), &make, None).await;
+        let (mut best, mut bad, mut unreachable): (Option<(String, Checkpoint)>, Vec<String>, Vec<String>) = (None, Vec::new(), Vec::new());
+        for (key, reply) in keys.iter().zip(replies) {
+            let text: Option<String> = match reply.and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from)) {
+                Ok(t) => t,
+                // A master that is down: its copies cannot be read now (the others may do).
+                Err(e) if crate::error::classify_redis(e.clone(), key).is_transient() => {
+                    unreachable.push(format!("{key}: {e}"));
+                    continue;
+                }
+                // WRONGTYPE and the like: something else holds the key.
+                Err(e) => {
+                    bad.push(format!("{key}: {e}"));
+                    continue;
+                }
+            };
+            let Some(text) = text else { continue };
+            match serde_json::from_str::<Checkpoint>(&text) {
+                Ok(cp) => {
+                    let rank = |c: &Checkpoint| (c.fencing_token.unwrap_or(0), c.saved_at_ms);
+                    if best.as_ref().is_none_or(|(_, b)| rank(&cp) > rank(b)) {
+                        best = Some((key.clone(), cp));
+                    }
+                }
+                Err(e) => bad.push(format!("{key}: {e}")),
+            }
+        }
+        Ok((best, bad, unreachable))
+    }
+
+    /// The keys to write copies to: for each master other than the checkpoint key's, the
+    /// first candidate key whose slot it owns, until `copies - 1` masters have one.
+    fn copy_targets(&self) -> Vec<String> {
+        if self.copies <= 1 {
+            return Vec::new();
+        }
+        self.conn
+            .with_slot_map(|map| {
+                let mut used = vec![map.master_of_slot(hash_slot(self.key.as_bytes()))];
+                let mut out = Vec::new();
+                for n in 1..=COPY_CANDIDATES {
+                    if out.len() + 1 >= self.copies || used.len() >= map.masters().len() {
+                        break;
+                    }
+                    let k = copy_key(&self.source_name, n);
+                    let m = map.master_of_slot(hash_slot(k.as_bytes()));
+                    if !used.contains(&m) {
+                        used.push(m);
+                        out.push(k);
+                    }
+                }
+                out
+            })
+            .unwrap_or_default()
+    }
+
+    async fn save(&mut self, cp: &Checkpoint, loc: &str) -> Result<(), Error> {
+        let mut stamped = cp.clone();
+        stamped.fencing_token = self.fencing_token.or(cp.fencing_token);
+        let text = serde_json::to_string(&stamped).expect("checkpoint serializes");
+        match self.fencing_token {
+            None => self.conn.set(&self.key, &text).await.map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?,
+            Some(t) => {
+                let ok: i64 = self
+                    .conn
+                    .eval(SAVE_FENCED, &[self.key.clone(), self.fencing_token_key.clone()], &[text.clone(), t.to_string()])
+                    .await
+                    .map_err(|e| TransientError::Checkpoint(format!("{loc}: {e}")))?;
+                if ok != 1 {
+                    return Err(TransientError::LeaseLost {
+                        source_name: self.source_name.clone(),
+                        message: format!("checkpoint save refused: fencing token {t} is no longer the newest"),
+                    }
+                    .into());
+                }
+            }
+        }
+        let targets = self.copy_targets();
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let token = self.fencing_token.unwrap_or(0).to_string();
+        let make = |i: usize| {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(SAVE_COPY).arg(1).arg(&targets[i]).arg(&text).arg(&token);
+            (hash_slot(targets[i].as_bytes()), cmd)
+        };
+        let replies = self.conn.run_batch(targets.len(), &make, None).await;
+        let mut failed = Vec::new();
+        for (key, reply) in targets.iter().zip(replies) {
+            match reply.and_then(|v| redis::from_redis_value::<i64>(v).map_err(redis::RedisError::from)) {
+                Ok(1) => {}
+                Ok(_) => failed.push(format!("{key}: holds a copy of a newer fencing token than {token}")),
+                Err(e) => failed.push(format!("{key}: {e}")),
+            }
+        }
+        if !failed.is_empty() && self.copy_warned.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+            self.copy_warned = Some(Instant::now());
+            tracing::warn!(failed = %failed.join("; "), "checkpoint copies not saved (the checkpoint key was): a loss of its master now would fall back to an older copy or the topic");
+        }
         Ok(())
     }
 }
@@ -289,10 +523,28 @@ end
 return 0
 "#;
 
+/// Write a checkpoint copy (module docs): `KEYS[1]` = the copy key, `ARGV` = the checkpoint
+/// JSON, the writer's fencing token. Refused (0) when the copy holds a newer token.
+const SAVE_COPY: &str = r#"
+local function newer(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local f = redis.call('HGET', KEYS[1], 'f')
+if f and newer(f, ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'c', ARGV[1], 'f', ARGV[2])
+return 1
+"#;
+
 /// Redis key of the checkpoint of source `name`; shares the `{name}` hash tag with the lease
 /// keys so the fenced save script can read the fencing token in a cluster.
 pub fn checkpoint_key(name: &str) -> String {
     format!("binval:{{{name}}}:checkpoint")
+}
+
+/// Redis key of candidate copy `n` (1-based) of the checkpoint of source `name` (module docs).
+pub fn copy_key(name: &str, n: usize) -> String {
+    format!("binval:{{{name}~cp{n}}}:checkpoint")
 }
 
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -343,6 +595,7 @@ pub fn checkpoint_at(pos: &SourcePosition, gtids: &GtidState, state: &ReadState,
         renamed: state.names.clone(),
         json_columns: state.json.clone(),
         xa: XaCheckpoint { open: state.xa.open.clone(), hold: None, applied },
+        fencing_token: None,
     }
 }
 
@@ -392,6 +645,7 @@ mod tests {
             renamed,
             json_columns: JsonColumns::default(),
             xa: XaCheckpoint::default(),
+            fencing_token: None,
         };
         s.save(&cp).await.unwrap();
         assert_eq!(s.load().await.unwrap(), Some(cp));

@@ -110,6 +110,19 @@ impl Scanner {
         }
     }
 
+    /// The change that says "no row maps to `key`" (a delete) for table `t`.
+    pub fn delete_change(&self, t: usize, key: &str) -> KeyChange {
+        let m = &self.tables[t].mapping;
+        KeyChange {
+            key: key.to_string(),
+            op: Op::Delete,
+            table: self.tables[t].table.clone(),
+            payload: None,
+            replicas: m.replicas,
+            ttl_secs: m.ttl_secs,
+        }
+    }
+
     /// The key changes of one row image of table `t` (see [`Scanner::key_changes`]).
     pub fn row_keys(&self, t: usize, row: &crate::binlog::decode::Row, out: &mut Vec<KeyChange>) {
         let change = RowChange {

@@ -69,6 +69,17 @@ pub struct ApplyOptions {
     /// no Kafka needed (`binval bootstrap` without `--publish`: no app instance holds a value
     /// of a key that was never written).
     pub publish_events: bool,
+    /// Reviews each group's key changes before the fenced writes and may replace them
+    /// (`binval replay`: never write a payload the database no longer has; see
+    /// `commands::replay::guard`). `None`: written as they are.
+    pub guard: Option<Box<dyn ChangeGuard>>,
+}
+
+/// What [`ApplyOptions::guard`] is: given a group about to be written, `Ok(None)` writes it as
+/// it is, `Ok(Some(g))` writes `g` instead (its changes, positions and event transactions).
+pub trait ChangeGuard: Send + Sync {
+    /// Review `group` (read Redis through `redis` as needed).
+    fn review<'a>(&'a mut self, redis: &'a RedisConn, group: &'a Group) -> futures::future::BoxFuture<'a, Result<Option<Group>, Error>>;
 }
 
 impl ApplyOptions {
@@ -82,6 +93,7 @@ impl ApplyOptions {
             limiter: None,
             refresh_fencing_token: None,
             publish_events: true,
+            guard: None,
         }
     }
 
@@ -97,6 +109,7 @@ impl ApplyOptions {
             limiter,
             refresh_fencing_token: Some(fencing_token_key),
             publish_events: true,
+            guard: None,
         }
     }
 
@@ -114,6 +127,7 @@ impl ApplyOptions {
             limiter: None,
             refresh_fencing_token: Some(fencing_token_key),
             publish_events: publish,
+            guard: None,
         }
     }
 }
@@ -402,6 +416,11 @@ impl Writer {
 
     /// The fenced writes of the group's key changes, then their events.
     async fn write_changes(&mut self, group: &Group, o: &mut TxnOutcome) -> Result<(), Error> {
+        let reviewed = match self.options.guard.as_mut() {
+            Some(g) => g.review(&self.redis, group).await?,
+            None => None,
+        };
+        let group = reviewed.as_ref().unwrap_or(group);
         let t = Instant::now();
         let positions = group.positions();
         let applied = self.apply_batch(&group.changes, &positions).await?;

@@ -25,6 +25,13 @@ use crate::security::kafka::SecurityContext;
 /// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
 const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
 
+/// Kafka header naming the command that published an event when it is not `binval run`
+/// (`replay`, `repair`, `bootstrap`; [`KafkaSink::with_writer`]): their versions are not the
+/// run's progress, so the topic's recovery reader (`ha::topic_marks`) skips them.
+pub const WRITER_HEADER: &str = "binval.writer";
+/// Kafka header of events `binval republish` published again.
+pub const REPUBLISHED_HEADER: &str = "binval.republished";
+
 /// The invalidation event producer.
 pub struct KafkaSink {
     producer: FutureProducer<SecurityContext>,
@@ -32,6 +39,8 @@ pub struct KafkaSink {
     create_topic: bool,
     /// `queue.buffering.max.messages`: how many events the producer holds before enqueue waits.
     queue_capacity: usize,
+    /// [`WRITER_HEADER`] of every event, unless this is `binval run`'s producer.
+    writer: Option<&'static str>,
 }
 
 impl KafkaSink {
@@ -80,7 +89,14 @@ impl KafkaSink {
             .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic), &context))?;
         let queue_capacity =
             cfg.properties.get("queue.buffering.max.messages").and_then(|v| v.parse().ok()).unwrap_or(LIBRDKAFKA_QUEUE_MESSAGES);
-        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic, queue_capacity })
+        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic, queue_capacity, writer: None })
+    }
+
+    /// Mark every event of this producer with [`WRITER_HEADER`] = `writer` (commands other
+    /// than `binval run`).
+    pub fn with_writer(mut self, writer: &'static str) -> Self {
+        self.writer = Some(writer);
+        self
     }
 
     /// Topic events go to.
@@ -102,9 +118,13 @@ impl KafkaSink {
     /// Enqueue one event; waits while the local producer queue is full. Errors per
     /// [`classify_kafka`] (e.g. an event larger than `message.max.bytes` is definite).
     pub async fn enqueue(&self, ev: &InvalidationEvent) -> Result<DeliveryFuture, Error> {
+        use rdkafka::message::{Header, OwnedHeaders};
         let payload = ev.to_json();
         loop {
-            let rec = FutureRecord::to(&self.topic).key(ev.key.as_bytes()).payload(&payload);
+            let mut rec = FutureRecord::to(&self.topic).key(ev.key.as_bytes()).payload(&payload);
+            if let Some(w) = self.writer {
+                rec = rec.headers(OwnedHeaders::new().insert(Header { key: WRITER_HEADER, value: Some(w) }));
+            }
             match self.producer.send_result(rec) {
                 Ok(f) => return Ok(f),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
@@ -119,7 +139,7 @@ impl KafkaSink {
     pub async fn enqueue_raw(&self, key: &[u8], payload: &[u8]) -> Result<DeliveryFuture, Error> {
         use rdkafka::message::{Header, OwnedHeaders};
         loop {
-            let headers = OwnedHeaders::new().insert(Header { key: "binval.republished", value: Some("1") });
+            let headers = OwnedHeaders::new().insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
             let rec = FutureRecord::to(&self.topic).key(key).payload(payload).headers(headers);
             match self.producer.send_result(rec) {
                 Ok(f) => return Ok(f),

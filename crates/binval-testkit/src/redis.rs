@@ -255,6 +255,22 @@ impl OwnedCluster {
         }
     }
 
+    /// Restart master `i` with no data (SIGKILL, its append-only files removed, started again
+    /// with its node id and slots): what a master without persistence, or one restored from
+    /// nothing, comes back as. Returns when every node reports `cluster_state:ok` again.
+    pub fn restart_empty(&mut self, i: usize) -> anyhow::Result<()> {
+        self.stop_node(i);
+        for name in ["appendonlydir", "appendonly.aof", "dump.rdb"] {
+            let p = self.dirs[i].join(name);
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).with_context(|| format!("removing {}", p.display()))?;
+            } else if p.exists() {
+                std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
+            }
+        }
+        self.start_node(i)
+    }
+
     /// Start master `i` again (same port, data and node id); returns when every node reports
     /// `cluster_state:ok` again.
     pub fn start_node(&mut self, i: usize) -> anyhow::Result<()> {

@@ -108,7 +108,8 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
     let redis = RedisConn::connect(&cfg.redis).await?;
     let renamed = checkpoint_renames(cfg, &redis).await?;
     let mut scanner = Scanner::open(cfg, &mappings, &renamed).await?;
-    let kafka = if args.publish && !args.dry_run { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?)) } else { None };
+    let kafka =
+        if args.publish && !args.dry_run { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("bootstrap"))) } else { None };
     let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
     let mut writer = Writer {
         mapper: scanner.mapper.clone(),

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | no version token | `missing` | `missing` |
 //! | a token that is not a number | `version` | `version` |
-//! | a token older than a replica's position (moved back; I1 says the token moves last) | `version` | `version` |
+//! | a token older than a replica's position, a tombstone's included (moved back; I1 says the token moves last) | `version` | `version` |
 //! | a replica missing | `missing` (unless the mapping has a TTL: replicas expire) | fine (readers go to their loader) |
 //! | a replica that is a tombstone | `stale` (readers answer "no row") | `stale` |
 //! | a replica without payload (marked stale) | fine: not cached ([`not_cached`]) | fine |
@@ -20,7 +20,13 @@
 //!
 //! No row maps to the key (it was deleted, or its key columns changed): a replica holding a
 //! payload is `extra` (readers serve a row that does not exist). Tombstones, markers and the
-//! version token are what a delete leaves (tokens never expire), so they are fine.
+//! version token are what a delete leaves (tokens never expire), so they are fine, as long as
+//! the token is the newest of them: a token older than a replica's position (a tombstone's
+//! too) is `version`, and replicas without any token are `missing` (the token was lost, e.g.
+//! with its master's data): either way a replay of an older change of the key would pass the
+//! token check and write that change's payload into a replica that is missing, bringing the
+//! deleted row back (issue #22, cause 5). `--repair` rewrites such a key as deleted at a fresh
+//! snapshot's position, tombstones and token together.
 
 use serde::Serialize;
 
@@ -94,6 +100,21 @@ pub fn compare(expected: &Expected<'_>, state: &KeyState) -> Vec<Finding> {
                 out.push(finding(Kind::Extra, Some(i as u32), "holds a payload, but no row maps to this key"));
             }
         }
+        if let Some(m) = &state.version_invalid {
+            out.push(finding(Kind::Version, None, m.clone()));
+        } else if state.version.is_none() && out.is_empty() {
+            // (With a payload the key is `extra` already, and the repair rewrites it whole.)
+            if let Some((i, p)) = newest_replica(state) {
+                out.push(finding(
+                    Kind::Missing,
+                    None,
+                    format!(
+                        "no version token, but replica r{i} holds position {p}: a replay of an older change would pass the token check"
+                    ),
+                ));
+            }
+        }
+        version_not_older(state, &mut out);
         return out;
     }
     if let Some(m) = &state.version_invalid {
@@ -123,14 +144,24 @@ pub fn compare(expected: &Expected<'_>, state: &KeyState) -> Vec<Finding> {
         }
         // Else a replica marked stale: not cached (module docs).
     }
-    if let Some(v) = state.version {
-        if let Some((i, p)) = state.replicas.iter().enumerate().filter_map(|(i, r)| r.position.map(|p| (i, p))).max_by_key(|(_, p)| *p) {
-            if v < p {
-                out.push(finding(Kind::Version, None, format!("version token {v} is older than replica r{i}'s position {p}")));
-            }
+    version_not_older(state, &mut out);
+    out
+}
+
+/// The replica holding the newest position (a tombstone's counts), with that position.
+fn newest_replica(state: &KeyState) -> Option<(usize, u64)> {
+    state.replicas.iter().enumerate().filter_map(|(i, r)| r.position.map(|p| (i, p))).max_by_key(|(_, p)| *p)
+}
+
+/// A version token older than a replica's position (tombstones included) is `version`: I1
+/// says the token moves last.
+fn version_not_older(state: &KeyState, out: &mut Vec<Finding>) {
+    if let (Some(v), Some((i, p))) = (state.version, newest_replica(state)) {
+        if v < p {
+            let what = if state.replicas[i].tombstone { " (a tombstone)" } else { "" };
+            out.push(finding(Kind::Version, None, format!("version token {v} is older than replica r{i}'s position {p}{what}")));
         }
     }
-    out
 }
 
 /// Whether a row maps to the key and every replica of it that exists is marked stale (no
@@ -220,6 +251,23 @@ mod tests {
         assert!(compare(&gone, &state(Some(9), vec![replica(None, 9, true), ReplicaState::default()])).is_empty());
         let f = compare(&gone, &state(Some(9), vec![replica(None, 9, true), replica(Some("{}"), 8, false)]));
         assert_eq!(kinds(&f), vec![(Kind::Extra, Some(1))]);
+        assert!(compare(&gone, &state(None, vec![ReplicaState::default()])).is_empty(), "nothing left of a deleted row: fine");
+    }
+
+    #[test]
+    fn a_deleted_rows_token_must_not_be_older_than_its_tombstones() {
+        // Issue #22, cause 5: after a master lost a deleted row's token, a replay wrote an older
+        // token; verify said `version 0` and inspect "agreement yes".
+        let gone = Expected { row: false, ..ROW };
+        let f = compare(&gone, &state(Some(7), vec![replica(None, 9, true), replica(None, 9, true)]));
+        assert_eq!(kinds(&f), vec![(Kind::Version, None)]);
+        assert!(f[0].detail.contains("version token 7") && f[0].detail.contains("position 9 (a tombstone)"), "{:?}", f[0]);
+        let f = compare(&gone, &state(None, vec![replica(None, 9, true), ReplicaState::default()]));
+        assert_eq!(kinds(&f), vec![(Kind::Missing, None)], "tombstones without their token");
+        // The same for a live row: a tombstone newer than the token.
+        let ok = r#"{"id":1,"v":2}"#;
+        let f = compare(&ROW, &state(Some(5), vec![replica(Some(ok), 5, false), replica(None, 6, true)]));
+        assert_eq!(kinds(&f), vec![(Kind::Stale, Some(1)), (Kind::Version, None)]);
     }
 
     #[test]

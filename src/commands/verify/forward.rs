@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::mapping::KeyChange;
 use crate::scan::snapshot::{SnapshotPosition, SNAPSHOT_MAX_AGE};
 use crate::scan::table::{ChunkQuery, ScannedRow};
+use crate::scan::Scanner;
 use crate::write::key_state::KeyState;
 
 /// Rows per chunk of the forward check.
@@ -68,18 +69,19 @@ pub fn row_checks(ctx: &Ctx, t: usize, rows: &[ScannedRow]) -> Vec<Check> {
 }
 
 /// The check of key `key` of table `t` given the rows found by its key-template columns
-/// (`rows`): the row that renders it, else no row.
-pub fn key_check(ctx: &Ctx, t: usize, key: &str, template: usize, values: Vec<(String, String)>, rows: &[ScannedRow]) -> Check {
+/// (`rows`): the row that renders it, else no row. Also what `binval replay` writes for a key
+/// whose row moved on since the change it replays (`commands::replay::guard`).
+pub fn key_check(scanner: &Scanner, t: usize, key: &str, template: usize, values: Vec<(String, String)>, rows: &[ScannedRow]) -> Check {
     let mut changes = Vec::new();
     for r in rows {
         changes.clear();
-        ctx.scanner.row_keys(t, &r.row, &mut changes);
+        scanner.row_keys(t, &r.row, &mut changes);
         if let Some(c) = changes.iter().find(|c| c.key == key) {
             let row_json = serde_json::to_string(&r.row).expect("row serializes");
             return Check { change: c.clone(), row: Some((row_json, r.key.clone())), lookup: Lookup::Key(r.key.clone()) };
         }
     }
-    Check { change: ctx.delete_change(t, key), row: None, lookup: Lookup::Columns(template, values) }
+    Check { change: scanner.delete_change(t, key), row: None, lookup: Lookup::Columns(template, values) }
 }
 
 /// Read the keys of `checks` from Redis and compare; differing ones become suspects.
@@ -129,16 +131,16 @@ pub fn expected_of<'a>(mapping: &crate::config::MappingConfig, c: &'a Check) -> 
 /// The rows of table `t` holding the column texts of a key of `template`, at most 2 (a key
 /// template should name a unique row).
 pub async fn rows_by_key(
-    ctx: &mut Ctx<'_>,
+    scanner: &mut Scanner,
     t: usize,
     template: &KeyTemplate,
     values: &[(String, String)],
 ) -> Result<Vec<ScannedRow>, Error> {
-    if !ctx.scanner.tables[t].layout.has_columns(template) {
+    if !scanner.tables[t].layout.has_columns(template) {
         return Ok(Vec::new());
     }
     let v: Vec<(&str, &str)> = values.iter().map(|(c, v)| (c.as_str(), v.as_str())).collect();
-    ctx.scanner.tables[t].layout.by_columns(ctx.scanner.snap.conn(), &v, 2).await
+    scanner.tables[t].layout.by_columns(scanner.snap.conn(), &v, 2).await
 }
 
 /// Whether a check's key state is what it was (no write in between).

@@ -18,7 +18,7 @@
 //! MariaDB (or Percona Server) only, like `bootstrap`.
 
 pub mod compare;
-mod forward;
+pub mod forward;
 pub mod recheck;
 pub mod repair;
 pub mod report;
@@ -141,15 +141,7 @@ impl Ctx<'_> {
 
     /// The change that says "no row maps to `key`" (a delete) for table `t`.
     pub fn delete_change(&self, t: usize, key: &str) -> KeyChange {
-        let m = &self.scanner.tables[t].mapping;
-        KeyChange {
-            key: key.to_string(),
-            op: binval_protocol::Op::Delete,
-            table: self.scanner.tables[t].table.clone(),
-            payload: None,
-            replicas: m.replicas,
-            ttl_secs: m.ttl_secs,
-        }
+        self.scanner.delete_change(t, key)
     }
 }
 
@@ -299,7 +291,7 @@ async fn repair_writer(cfg: &Config, ctx: &Ctx<'_>) -> Result<Writer, Error> {
     Ok(Writer {
         mapper: ctx.scanner.mapper.clone(),
         redis: ctx.redis.clone(),
-        kafka: Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?)),
+        kafka: Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("repair"))),
         fence: ctx.scanner.fence,
         fencing_token: current_fencing_token(&ctx.redis, &fencing_token_key).await?,
         tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,

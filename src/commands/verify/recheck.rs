@@ -104,10 +104,10 @@ pub async fn reread(ctx: &mut Ctx<'_>, resolver: &KeyResolver, t: usize, suspect
             Lookup::Columns(j, values) => {
                 let template = m.map(|m| resolver.templates[m][*j].clone());
                 let rows = match &template {
-                    Some(tpl) => rows_by_key(ctx, t, tpl, values).await?,
+                    Some(tpl) => rows_by_key(&mut ctx.scanner, t, tpl, values).await?,
                     None => Vec::new(),
                 };
-                key_check(ctx, t, &s.key, *j, values.clone(), &rows)
+                key_check(&ctx.scanner, t, &s.key, *j, values.clone(), &rows)
             }
         };
         out.push(check);

@@ -61,10 +61,10 @@ pub async fn check_keys(ctx: &mut Ctx<'_>, resolver: &KeyResolver, t: usize, m: 
             continue;
         }
         let values: Vec<(String, String)> = owner.values.iter().map(|(c, v)| (c.clone(), v.to_string())).collect();
-        let rows = rows_by_key(ctx, t, &resolver.templates[m][j], &values).await?;
+        let rows = rows_by_key(&mut ctx.scanner, t, &resolver.templates[m][j], &values).await?;
         ctx.summary.tables[t].rows_checked += rows.len() as u64;
         ctx.summary.tables[t].reverse_keys_checked += 1;
-        checks.push(key_check(ctx, t, k, j, values, &rows));
+        checks.push(key_check(&ctx.scanner, t, k, j, values, &rows));
     }
     ctx.scanner.snap.end().await?;
     judge(ctx, t, checks, &snap).await

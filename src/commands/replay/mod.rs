@@ -17,6 +17,15 @@
 //! Events are published only for key changes that moved something in Redis (a restored
 //! replica or a moved version token): consumers need no notice of a no-op.
 //!
+//! # Never a payload the database no longer has
+//!
+//! After a Redis master lost its data, fencing alone no longer protects: a deleted row whose
+//! token was lost would get its old payload back from a replay of its UPDATE. So each key
+//! change that would move something is first checked against the database's present row, and
+//! written as logged only when the database still holds exactly that; otherwise its present
+//! state is written at a fresh snapshot's position ([`guard`]; `--as-logged` turns this off).
+//! The summary counts them (`checked_against_database`, `written_present`, `deleted_since`).
+//!
 //! # Range
 //!
 //! * `--from`: `FILE:POS` (the first event at that position), `gtid:D-S-N` (MariaDB: the first
@@ -47,6 +56,8 @@ use crate::redis_conn::RedisConn;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;
+
+pub mod guard;
 
 /// The flags of `binval replay`, as given (clap; validated by [`ReplayArgs::from_cli`]). The
 /// field docs are the `--help` text.
@@ -82,6 +93,11 @@ pub struct ReplayCli {
     /// ip:port while replaying (not `metrics.listen`: a live `binval run` may hold it).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// Write the logged row images as they are, without checking a key whose write would move
+    /// something against the database's present row. Can bring deleted rows back after Redis
+    /// lost data; for MySQL sources (no snapshot positions) and for Redis that lost nothing.
+    #[arg(long)]
+    pub as_logged: bool,
 }
 
 /// What `binval replay` was asked to do.
@@ -106,6 +122,9 @@ pub struct ReplayArgs {
     pub renames_from_checkpoint: Option<bool>,
     /// Show a progress line on stderr (hidden when stderr is not a terminal).
     pub progress: bool,
+    /// Write the logged images without the check against the database's present rows
+    /// ([`guard`]).
+    pub as_logged: bool,
 }
 
 impl ReplayArgs {
@@ -139,6 +158,7 @@ impl ReplayArgs {
             server_id: cli.server_id,
             progress: !cli.quiet,
             renames_from_checkpoint: cli.renames.map(|r| r == "checkpoint"),
+            as_logged: cli.as_logged,
         })
     }
 }
@@ -197,6 +217,15 @@ pub struct ReplaySummary {
     pub unchanged: u64,
     /// Events published (0 in a dry run).
     pub events: u64,
+    /// Key changes that would have moved something, checked against the database's present
+    /// row first ([`guard`]; 0 with `--as-logged` and in a dry run).
+    pub checked_against_database: u64,
+    /// Of those, written with the database's present state at a snapshot's position instead
+    /// of the logged image (the row changed or went since, or a record of the key was newer).
+    pub written_present: u64,
+    /// Of those, logged inserts or updates of rows the database no longer has: written as
+    /// deleted, where the logged image would have brought the row back.
+    pub deleted_since: u64,
     /// Position after the last transaction replayed, `file:pos`.
     pub last_position: Option<String>,
     /// Whether nothing was written.
@@ -230,6 +259,10 @@ pub async fn run(
     let redis = RedisConn::connect(&cfg.redis).await?;
     let names = start_names(cfg, &redis, args.renames_from_checkpoint).await?;
     let mut writer = open_writer(cfg, args, mapper.clone(), redis, mariadb).await?;
+    let guard_stats = Arc::new(guard::GuardStats::default());
+    if !args.dry_run && !args.as_logged {
+        writer.options.guard = Some(Box::new(guard::PresentGuard::new(cfg, &mappings, guard_stats.clone())));
+    }
     let progress = progress_bar(args.progress);
     tracing::info!(from = ?args.from, to = ?range.to, tables = ?args.tables, dry_run = args.dry_run, server_id = range.source.server_id, "replay starting");
 
@@ -252,6 +285,10 @@ pub async fn run(
     result?;
     src?;
     summary.last_position = last.map(|p| format!("{}:{}", p.file, p.pos));
+    use std::sync::atomic::Ordering::Relaxed;
+    summary.checked_against_database = guard_stats.checked.load(Relaxed);
+    summary.written_present = guard_stats.present.load(Relaxed);
+    summary.deleted_since = guard_stats.deleted_since.load(Relaxed);
     Ok(summary)
 }
 
@@ -313,7 +350,7 @@ async fn start_names(cfg: &Config, redis: &RedisConn, from_checkpoint: Option<bo
 /// holds no lease, see the module docs), replay's [`ApplyOptions`].
 async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis: RedisConn, mariadb: bool) -> Result<Writer, Error> {
     let fence = FenceRule::resolve(&cfg.source, mariadb);
-    let kafka = if args.dry_run { None } else { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?)) };
+    let kafka = if args.dry_run { None } else { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("replay"))) };
     let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
     let fencing_token = current_fencing_token(&redis, &fencing_token_key).await?;
     Ok(Writer {
