@@ -113,7 +113,11 @@ async fn progress_reaches_every_partition_and_follows_the_writes() {
         println!("partition {p}: {} progress messages in the idle 3 s, median gap {median:?}", msgs.len());
         assert!((5..=40).contains(&msgs.len()), "partition {p}: {} messages in 3 s at a 200 ms interval", msgs.len());
         assert!(median >= Duration::from_millis(50) && median <= Duration::from_secs(1), "partition {p}: median gap {median:?}");
-        assert_eq!(msgs.last().unwrap().1.lag_ms, 0, "partition {p}: idle at the end of the binlog: lag 0");
+        // Other tests commit on the shared server meanwhile (binval reads their transactions
+        // too): idle at the end of the binlog means lag 0 in some of the round, and a quiet
+        // reader bounds the rest to about one interval plus the header's second.
+        assert!(msgs.iter().any(|(_, m)| m.lag_ms == 0), "partition {p}: idle at the end of the binlog: lag 0 at times");
+        assert!(msgs.last().unwrap().1.lag_ms <= 1_200, "partition {p}: idle: last lag {} ms", msgs.last().unwrap().1.lag_ms);
     }
 
     // Writes: three transactions, one after the other.
