@@ -354,8 +354,9 @@
 //! While the listener cannot see the stream, entries may go stale without an event to evict
 //! them. So the consumer measures how far behind the stream it is (and, from binval's
 //! progress messages, how far behind binval itself is: "The source side" below), and stops
-//! serving locally when that lag exceeds [`ConsumerBuilder::max_staleness`] (default 2 s): [`Consumer::get`]
-//! then reads Redis every time and caches nothing ([`Consumer::is_serving_local`] is `false`,
+//! serving locally when that lag exceeds [`ConsumerBuilder::max_staleness`] (default 2 s) less
+//! its eighth, at most 250 ms (the checks run up to 100 ms apart, and a value served between
+//! two must still be within the bound): [`Consumer::get`] then reads Redis every time and caches nothing ([`Consumer::is_serving_local`] is `false`,
 //! metric `binval_consumer_serving_local` 0, [`Stats::fail_safe_engaged`] counts the stops).
 //!
 //! **The lag.** A lag checker thread, with a librdkafka client of its own, asks the broker for
