@@ -253,6 +253,9 @@ async fn a_frozen_binval_makes_an_app_instance_read_its_loader() {
     signal(libc::SIGSTOP);
     let took = block(|| until("local serving stopped", Duration::from_secs(10), &|| !app.is_serving_local()));
     println!("binval frozen: the app stopped serving locally after {took:?}");
+    // Local serving stops a little before the bound; a Redis read goes to the loader once the
+    // source lag is past the bound itself.
+    block(|| until("source lag past the bound", Duration::from_secs(10), &|| app.source_lag().is_some_and(|l| l > Duration::from_secs(2))));
     let read = app.get_flagged(&key).await.unwrap();
     assert_eq!(read.value.as_deref(), Some(format!(r#"{{"from":"db","key":"{key}"}}"#).as_str()), "the loader, not Redis");
     assert_eq!(read.stale, None);
