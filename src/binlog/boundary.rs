@@ -75,16 +75,9 @@ pub async fn transaction_start(cfg: &SourceConfig, end: &BinlogPosition, origin:
         DefiniteError::StartPosition { origin: origin.to_string(), position: end.to_string(), message }.into()
     };
     let at = end.to_string();
-    let conn = connect(cfg).await?;
-    let name = end.file.clone().into_bytes();
-    let req = BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
-    let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &at))?;
-    let mapper = Mapper::default();
-    let mut state = ReadState::default();
-    let mut xa = PreparedXas::default();
-    let stats = SourceStats::default();
-    let resume = Resume::FilePos(SourcePosition { file: end.file.clone(), pos: 4, gtid: None });
-    let mut ctx = ReadContext::new(&mapper, &mut state, &mut xa, &stats, false, &resume, ReadSettings::default());
+    let mut stream = open_file(cfg, &end.file, &at).await?;
+    let mut scratch = Scratch::new(&end.file);
+    let mut ctx = scratch.ctx();
     let result = loop {
         let ev = match stream.next().await {
             None => break Err(refuse("no event of the file ends there (the binlog ends before it)".into())),
@@ -104,16 +97,58 @@ pub async fn transaction_start(cfg: &SourceConfig, end: &BinlogPosition, origin:
                 break Err(refuse(format!("no event of the file ends there: the event at {begins} ends at {ends}")));
             }
         }
-        ctx.framer.push(ev);
-        while let Some(framed) = ctx.framer.next() {
-            if let Ok(framed) = framed {
-                let _ = events::handle(&mut ctx, &framed);
-            }
-        }
+        feed(&mut ctx, ev);
     };
     drop(ctx);
     let _ = stream.close().await;
     result
+}
+
+/// A replica connection reading `file` from its start, without blocking at its end; `at`
+/// names the position the caller looks for in errors.
+async fn open_file(cfg: &SourceConfig, file: &str, at: &str) -> Result<mysql_async::BinlogStream, Error> {
+    let conn = connect(cfg).await?;
+    let name = file.as_bytes().to_vec();
+    let req = BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
+    conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, at))
+}
+
+/// What the reader's event handlers need to follow a file's event groups with no table
+/// mapped: the state of a read that began at the file's start.
+struct Scratch {
+    mapper: Mapper,
+    state: ReadState,
+    xa: PreparedXas,
+    stats: SourceStats,
+    resume: Resume,
+}
+
+impl Scratch {
+    fn new(file: &str) -> Self {
+        Scratch {
+            mapper: Mapper::default(),
+            state: ReadState::default(),
+            xa: PreparedXas::default(),
+            stats: SourceStats::default(),
+            resume: Resume::FilePos(SourcePosition { file: file.to_string(), pos: 4, gtid: None }),
+        }
+    }
+
+    fn ctx(&mut self) -> ReadContext<'_> {
+        ReadContext::new(&self.mapper, &mut self.state, &mut self.xa, &self.stats, false, &self.resume, ReadSettings::default())
+    }
+}
+
+/// Hand one event to the reader's handlers. Errors of events before the position looked for
+/// (an INCIDENT, say) are the reader's to report when it gets there; here only the group
+/// boundaries matter.
+fn feed(ctx: &mut ReadContext<'_>, ev: mysql_common::binlog::events::Event) {
+    ctx.framer.push(ev);
+    while let Some(framed) = ctx.framer.next() {
+        if let Ok(framed) = framed {
+            let _ = events::handle(ctx, &framed);
+        }
+    }
 }
 
 /// True when the event at `position` is a GTID event (it begins an event group). Any failure
@@ -148,16 +183,9 @@ async fn scan(cfg: &SourceConfig, position: &BinlogPosition, origin: &str) -> Re
         DefiniteError::StartPosition { origin: origin.to_string(), position: position.to_string(), message }.into()
     };
     let at = position.to_string();
-    let conn = connect(cfg).await?;
-    let name = position.file.clone().into_bytes();
-    let req = BinlogStreamRequest::new(cfg.server_id).with_filename(&name).with_pos(4).with_non_blocking();
-    let mut stream = conn.get_binlog_stream(req).await.map_err(|e| classify_mysql(e, &at))?;
-    let mapper = Mapper::default();
-    let mut state = ReadState::default();
-    let mut xa = PreparedXas::default();
-    let stats = SourceStats::default();
-    let resume = Resume::FilePos(SourcePosition { file: position.file.clone(), pos: 4, gtid: None });
-    let mut ctx = ReadContext::new(&mapper, &mut state, &mut xa, &stats, false, &resume, ReadSettings::default());
+    let mut stream = open_file(cfg, &position.file, &at).await?;
+    let mut scratch = Scratch::new(&position.file);
+    let mut ctx = scratch.ctx();
     let mut end = 4u64;
     let result = loop {
         let ev = match stream.next().await {
@@ -184,14 +212,7 @@ async fn scan(cfg: &SourceConfig, position: &BinlogPosition, origin: &str) -> Re
             // A real ROTATE is the last event of its file.
             last_of_file = h.event_type_raw() == mysql_common::binlog::consts::EventType::ROTATE_EVENT as u8;
         }
-        ctx.framer.push(ev);
-        while let Some(framed) = ctx.framer.next() {
-            // Errors of events before the position (an INCIDENT, say) are the reader's to
-            // report when it gets there; here only the group boundaries matter.
-            if let Ok(framed) = framed {
-                let _ = events::handle(&mut ctx, &framed);
-            }
-        }
+        feed(&mut ctx, ev);
         if last_of_file {
             break None;
         }
