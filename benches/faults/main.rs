@@ -23,8 +23,9 @@
 //! `BENCH_FULL_COVERAGE=yes` for Redis's default) and no replicas, `cluster-node-timeout` 5 s.
 //!
 //! Phases (seconds from `BENCH_PHASE_SECS`, default 10): no fault; the broker frozen
-//! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; the leader killed (SIGKILL);
-//! settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
+//! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; every Redis client connection
+//! killed (`CLIENT KILL TYPE normal`); the leader's replica connection killed on the source
+//! (`KILL` of its Binlog Dump thread); the leader killed (SIGKILL); settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
 //! new leader in its first seconds, and what `binval verify` finds afterwards.
 
 #[path = "../load/binval.rs"]
@@ -165,6 +166,19 @@ async fn main() -> anyhow::Result<()> {
     phases.push(next("after the master"));
     tokio::time::sleep(phase_secs).await;
 
+    // Every client connection of every master killed (CLIENT KILL TYPE normal): binval's and
+    // the apps' connections drop and reconnect.
+    phases.push(next("Redis CLIENT KILL"));
+    for url in cluster.urls() {
+        let mut c = redis::Client::open(url)?.get_connection()?;
+        let _: redis::RedisResult<i64> = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut c);
+    }
+    tokio::time::sleep(phase_secs).await;
+    // The leader's replica connection killed on the source (`KILL` of its Binlog Dump thread).
+    phases.push(next("binlog dump KILLed"));
+    kill_binlog_dumps(&bench.app_url()).await?;
+    tokio::time::sleep(phase_secs).await;
+
     // Kill -9 whichever instance leads; time the standby's takeover.
     phases.push(next("leader killed"));
     let (leader, standby) = {
@@ -233,6 +247,19 @@ async fn main() -> anyhow::Result<()> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_binval")).arg("verify").arg("--config").arg(&cfg).output()?;
     println!("binval verify: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""));
     standby.stop().await;
+    Ok(())
+}
+
+/// `KILL` every `Binlog Dump` thread of the benchmark's replica user on the source (the
+/// leader's replica connection; other tests' readers on the shared server are not ours).
+async fn kill_binlog_dumps(url: &str) -> anyhow::Result<()> {
+    let mut c = mysql_async::Conn::from_url(url).await?;
+    let ids: Vec<u64> =
+        c.query("SELECT ID FROM information_schema.PROCESSLIST WHERE COMMAND LIKE 'Binlog Dump%' AND USER = 'binval'").await?;
+    for id in ids {
+        let _ = c.query_drop(format!("KILL {id}")).await;
+    }
+    c.disconnect().await?;
     Ok(())
 }
 
