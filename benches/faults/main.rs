@@ -22,6 +22,9 @@
 //! The Cluster runs with `cluster-require-full-coverage no` (the recommended setting;
 //! `BENCH_FULL_COVERAGE=yes` for Redis's default) and no replicas, `cluster-node-timeout` 5 s.
 //!
+//! `BENCH_ROUNDS` (default 1) repeats the whole cycle (a soak: 5 rounds take about 8 minutes;
+//! each round freezes the next master, and a new standby is started after each kill).
+//!
 //! Phases (seconds from `BENCH_PHASE_SECS`, default 10): no fault; the broker frozen
 //! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; every Redis client connection
 //! killed (`CLIENT KILL TYPE normal`); the leader's replica connection killed on the source
@@ -93,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
     let rate = env_u64("BENCH_RATE", 300) as u32;
     let bound_ms = env_u64("BENCH_BOUND_MS", 2_000);
     let phase_secs = Duration::from_secs(env_u64("BENCH_PHASE_SECS", 10));
+    let rounds = env_u64("BENCH_ROUNDS", 1).max(1) as usize;
     let cluster = tk::OwnedCluster::start_new()?;
     // What the docs recommend for a Cluster binval writes to (README "While things fail"): a
     // master frozen past `cluster-node-timeout` must not make the others refuse their slots.
@@ -151,64 +155,79 @@ async fn main() -> anyhow::Result<()> {
 
     let mut phases: Vec<Phase> = Vec::new();
     let next = |name: &'static str| std::mem::replace(&mut *current.lock().unwrap(), Phase { name, reads: Vec::new() });
-    next("no fault");
-    tokio::time::sleep(phase_secs).await;
-    phases.push(next("broker frozen 10 s"));
-    broker.freeze(true);
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    broker.freeze(false);
-    phases.push(next("after the broker"));
-    tokio::time::sleep(phase_secs).await;
-    phases.push(next("Redis master frozen 7 s"));
-    cluster.freeze_node(0, true);
-    tokio::time::sleep(Duration::from_secs(7)).await;
-    cluster.freeze_node(0, false);
-    phases.push(next("after the master"));
-    tokio::time::sleep(phase_secs).await;
-
-    // Every client connection of every master killed (CLIENT KILL TYPE normal): binval's and
-    // the apps' connections drop and reconnect.
-    phases.push(next("Redis CLIENT KILL"));
-    for url in cluster.urls() {
-        let mut c = redis::Client::open(url)?.get_connection()?;
-        let _: redis::RedisResult<i64> = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut c);
-    }
-    tokio::time::sleep(phase_secs).await;
-    // The leader's replica connection killed on the source (`KILL` of its Binlog Dump thread).
-    phases.push(next("binlog dump KILLed"));
-    kill_binlog_dumps(&bench.app_url()).await?;
-    tokio::time::sleep(phase_secs).await;
-
-    // Kill -9 whichever instance leads; time the standby's takeover.
-    phases.push(next("leader killed"));
-    let (leader, standby) = {
-        let la = leader_of(a.as_ref().expect("running")).await;
-        if la {
-            (a.take().expect("running"), b.take().expect("running"))
-        } else {
-            (b.take().expect("running"), a.take().expect("running"))
-        }
-    };
-    let killed = Instant::now();
-    leader.kill();
-    let mut took = None;
+    let mut takeovers: Vec<Option<Duration>> = Vec::new();
     let mut lag_samples = Vec::new();
-    while killed.elapsed() < Duration::from_secs(20) {
-        if let Ok(m) = standby.scrape().await {
-            if took.is_none() && m.get("binval_leader", &[]) == Some(1.0) && m.get("binval_source_connected", &[]) == Some(1.0) {
-                took = Some(killed.elapsed());
+    let started = Instant::now();
+    for round in 0..rounds {
+        let previous = next("no fault");
+        if round > 0 {
+            phases.push(previous);
+        }
+        tokio::time::sleep(phase_secs).await;
+        phases.push(next("broker frozen 10 s"));
+        broker.freeze(true);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        broker.freeze(false);
+        phases.push(next("after the broker"));
+        tokio::time::sleep(phase_secs).await;
+        phases.push(next("Redis master frozen 7 s"));
+        let frozen = round % 3;
+        cluster.freeze_node(frozen, true);
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        cluster.freeze_node(frozen, false);
+        phases.push(next("after the master"));
+        tokio::time::sleep(phase_secs).await;
+
+        // Every client connection of every master killed (CLIENT KILL TYPE normal): binval's
+        // and the apps' connections drop and reconnect.
+        phases.push(next("Redis CLIENT KILL"));
+        for url in cluster.urls() {
+            let mut c = redis::Client::open(url)?.get_connection()?;
+            let _: redis::RedisResult<i64> = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut c);
+        }
+        tokio::time::sleep(phase_secs).await;
+        // The leader's replica connection killed on the source (`KILL` of its Binlog Dump
+        // thread).
+        phases.push(next("binlog dump KILLed"));
+        kill_binlog_dumps(&bench.app_url()).await?;
+        tokio::time::sleep(phase_secs).await;
+
+        // Kill -9 whichever instance leads; time the standby's takeover; start a new standby.
+        phases.push(next("leader killed"));
+        let (leader, standby) = {
+            let la = leader_of(a.as_ref().expect("running")).await;
+            if la {
+                (a.take().expect("running"), b.take().expect("running"))
+            } else {
+                (b.take().expect("running"), a.take().expect("running"))
             }
-            if took.is_some() {
-                lag_samples.push((killed.elapsed().as_secs_f64(), m.get("binval_lag_seconds", &[]).unwrap_or(-1.0)));
-                if lag_samples.len() >= 30 {
-                    break;
+        };
+        let killed = Instant::now();
+        leader.kill();
+        let mut took = None;
+        while killed.elapsed() < Duration::from_secs(20) {
+            if let Ok(m) = standby.scrape().await {
+                if took.is_none() && m.get("binval_leader", &[]) == Some(1.0) && m.get("binval_source_connected", &[]) == Some(1.0) {
+                    took = Some(killed.elapsed());
+                }
+                if took.is_some() {
+                    if round == 0 {
+                        lag_samples.push((killed.elapsed().as_secs_f64(), m.get("binval_lag_seconds", &[]).unwrap_or(-1.0)));
+                    }
+                    if killed.elapsed() > took.unwrap_or_default() + Duration::from_secs(3) {
+                        break;
+                    }
                 }
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        takeovers.push(took);
+        a = Some(standby);
+        b = Some(Binval::spawn(&bench, "faults", &start, &topic)?);
+        tokio::time::sleep(phase_secs.saturating_sub(killed.elapsed())).await;
     }
-    tokio::time::sleep(phase_secs.saturating_sub(killed.elapsed())).await;
-    phases.push(next("after the takeover"));
+    phases.push(next("after the last round"));
+    let soak = started.elapsed();
 
     let _ = stop.send(true);
     let commits = writer.await.unwrap_or(0);
@@ -221,23 +240,27 @@ async fn main() -> anyhow::Result<()> {
         counters.push(c.stats());
         c.shutdown().await;
     }
-    let _ = standby.scrape().await;
 
     println!("\n# Fault benchmark (issue #22): reads of a stamp row changed every 250 ms, bound {bound_ms} ms, writer {rate} commits/s ({commits} in all), 2 app instances\n");
     println!("| phase                  |  reads | stale  | worst (s) | refused  |");
     println!("|---|---|---|---|---|");
-    for p in &phases {
+    let mut merged: Vec<Phase> = Vec::new();
+    for p in phases {
+        match merged.iter_mut().find(|m| m.name == p.name) {
+            Some(m) => m.reads.extend(p.reads),
+            None => merged.push(p),
+        }
+    }
+    for p in &merged {
         println!("{}", p.row(bound_ms));
     }
-    let all: usize =
-        phases.iter().map(|p| p.reads.iter().filter(|r| matches!(r, Read::Served { stale_ms } if *stale_ms > bound_ms)).count()).sum();
-    println!("\nstale reads past the bound in all phases: {all}");
-    match took {
-        Some(t) => println!("standby leading and connected to the source {:.2} s after the leader's SIGKILL", t.as_secs_f64()),
-        None => println!("standby did not take over within 20 s"),
-    }
+    let all: usize = merged.iter().map(|p| p.reads.iter().filter(|r| matches!(r, Read::Served { stale_ms } if *stale_ms > bound_ms)).count()).sum();
+    let reads: usize = merged.iter().map(|p| p.reads.len()).sum();
+    println!("\n{rounds} rounds in {:.0} s: stale reads past the bound in all phases: {all} of {reads}", soak.as_secs_f64());
+    let t: Vec<String> = takeovers.iter().map(|t| t.map_or("none within 20 s".into(), |t| format!("{:.2} s", t.as_secs_f64()))).collect();
+    println!("standby leading and connected to the source after each leader's SIGKILL: {}", t.join(", "));
     let lags: Vec<String> = lag_samples.iter().take(12).map(|(t, l)| format!("{t:.1}s:{l:.2}")).collect();
-    println!("new leader's binval_lag_seconds after the kill (time: value): {}", lags.join(" "));
+    println!("first new leader's binval_lag_seconds after the kill (time: value): {}", lags.join(" "));
     for (i, s) in counters.iter().enumerate() {
         println!("app {i}: {s:?}");
     }
@@ -246,7 +269,9 @@ async fn main() -> anyhow::Result<()> {
     let cfg = tk::state_root().join("configs").join(format!("{}_faults.toml", bench.prefix));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_binval")).arg("verify").arg("--config").arg(&cfg).output()?;
     println!("binval verify: exit {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or(""));
-    standby.stop().await;
+    for x in [a, b].into_iter().flatten() {
+        x.stop().await;
+    }
     Ok(())
 }
 
