@@ -5,9 +5,9 @@
 //! cargo bench --bench faults
 //! ```
 //!
-//! On this machine's real services, started for the run on free loopback ports: the shared
-//! MariaDB (row binlog), a 3-master Redis Cluster and a tansu broker of the benchmark's own
-//! (so it can freeze them), two `binval run` of the release build for the same source (an HA
+//! On this machine's real services, started for the run on free loopback ports: a MariaDB
+//! (row binlog), a 3-master Redis Cluster and a tansu broker of the benchmark's own (so it can
+//! restart and freeze them), two `binval run` of the release build for the same source (an HA
 //! pair: one leads, one stands by), and two app instances (`binval-consumer`, staleness bound
 //! `BENCH_BOUND_MS`, default 2000).
 //!
@@ -28,7 +28,8 @@
 //! Phases (seconds from `BENCH_PHASE_SECS`, default 10): no fault; the broker frozen
 //! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; every Redis client connection
 //! killed (`CLIENT KILL TYPE normal`); the leader's replica connection killed on the source
-//! (`KILL` of its Binlog Dump thread); the leader killed (SIGKILL); settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
+//! (`KILL` of its Binlog Dump thread); the source (a MariaDB of the benchmark's own) stopped 3 s
+//! and started again; the leader killed (SIGKILL); settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
 //! new leader in its first seconds, and what `binval verify` finds afterwards.
 
 #[path = "../load/binval.rs"]
@@ -106,7 +107,9 @@ async fn main() -> anyhow::Result<()> {
         redis::cmd("CONFIG").arg("SET").arg("cluster-require-full-coverage").arg(&coverage).query::<()>(&mut c)?;
     }
     let broker = tk::OwnedBroker::start_new()?;
-    let bench = Bench::with_services(rows, cluster.urls(), broker.bootstrap()).await?;
+    // A MariaDB of the benchmark's own, so it can be restarted.
+    let source = tk::MariaDb::start_with(&[])?;
+    let bench = Bench::with_services(rows, &source, cluster.urls(), broker.bootstrap()).await?;
     let topic = format!("{}_faults", bench.prefix);
     broker.create_topic(&topic, 3)?;
     let start = format!("{}:{}", bench.before_rows.0, bench.before_rows.1);
@@ -183,13 +186,21 @@ async fn main() -> anyhow::Result<()> {
         phases.push(next("Redis CLIENT KILL"));
         for url in cluster.urls() {
             let mut c = redis::Client::open(url)?.get_connection()?;
-            let _: redis::RedisResult<i64> = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut c);
+            let _: redis::RedisResult<i64> =
+                redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal").arg("SKIPME").arg("yes").query(&mut c);
         }
         tokio::time::sleep(phase_secs).await;
         // The leader's replica connection killed on the source (`KILL` of its Binlog Dump
         // thread).
         phases.push(next("binlog dump KILLed"));
         kill_binlog_dumps(&bench.app_url()).await?;
+        tokio::time::sleep(phase_secs).await;
+
+        // The source restarted (stopped 3 s): the leader reconnects and resumes.
+        phases.push(next("MariaDB restarted"));
+        source.stop();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        source.start_again()?;
         tokio::time::sleep(phase_secs).await;
 
         // Kill -9 whichever instance leads; time the standby's takeover; start a new standby.
@@ -254,7 +265,8 @@ async fn main() -> anyhow::Result<()> {
     for p in &merged {
         println!("{}", p.row(bound_ms));
     }
-    let all: usize = merged.iter().map(|p| p.reads.iter().filter(|r| matches!(r, Read::Served { stale_ms } if *stale_ms > bound_ms)).count()).sum();
+    let all: usize =
+        merged.iter().map(|p| p.reads.iter().filter(|r| matches!(r, Read::Served { stale_ms } if *stale_ms > bound_ms)).count()).sum();
     let reads: usize = merged.iter().map(|p| p.reads.len()).sum();
     println!("\n{rounds} rounds in {:.0} s: stale reads past the bound in all phases: {all} of {reads}", soak.as_secs_f64());
     let t: Vec<String> = takeovers.iter().map(|t| t.map_or("none within 20 s".into(), |t| format!("{:.2} s", t.as_secs_f64()))).collect();
@@ -316,11 +328,18 @@ async fn setup_writer(url: &str, rows: u32, rate: u32, secs: Duration) -> anyhow
 
 /// Every 250 ms: the stamp row's `stock` := the next stamp; its commit instant recorded.
 async fn stamp_loop(url: String, id: u32, stamps: Stamps, stopped: watch::Receiver<bool>) {
-    let Ok(mut c) = mysql_async::Conn::from_url(url).await else { return };
+    let mut conn: Option<mysql_async::Conn> = None;
     while !*stopped.borrow() {
-        let s = stamps.lock().unwrap().len() as i64;
-        if c.exec_drop("UPDATE items SET stock = ? WHERE id = ?", (s, id)).await.is_ok() {
-            stamps.lock().unwrap().push(Instant::now());
+        if conn.is_none() {
+            conn = mysql_async::Conn::from_url(url.as_str()).await.ok();
+        }
+        if let Some(c) = conn.as_mut() {
+            let s = stamps.lock().unwrap().len() as i64;
+            match c.exec_drop("UPDATE items SET stock = ? WHERE id = ?", (s, id)).await {
+                Ok(()) => stamps.lock().unwrap().push(Instant::now()),
+                // The source restarted: connect again.
+                Err(_) => conn = None,
+            }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -17,6 +17,8 @@ pub struct Bench {
     /// Rows the writer updates (`1..=rows`); probe rows follow.
     pub rows: u32,
     pub mysql_root: String,
+    /// binval's replica connection URL.
+    pub repl_url: String,
     pub cluster: Vec<String>,
     pub brokers: String,
     /// The binlog position before the rows were inserted (where the seeding run starts).
@@ -27,19 +29,19 @@ impl Bench {
     /// Start (or reuse) the services, create the database, the table and its rows, and let the
     /// binlog reader's user write the heartbeat table there.
     pub async fn new(rows: u32) -> anyhow::Result<Bench> {
-        Self::with_services(rows, tk::redis_cluster().urls(), tk::broker().bootstrap()).await
+        Self::with_services(rows, tk::mariadb(), tk::redis_cluster().urls(), tk::broker().bootstrap()).await
     }
 
-    /// [`Bench::new`] on the given Redis Cluster and broker (a fault benchmark's own, which it
-    /// may freeze), with the shared MariaDB.
-    #[allow(dead_code)]
-    pub async fn with_services(rows: u32, cluster: Vec<String>, brokers: String) -> anyhow::Result<Bench> {
-        let db = tk::mariadb().create_database("load")?;
+    /// [`Bench::new`] on the given MariaDB, Redis Cluster and broker (a fault benchmark's own,
+    /// which it may freeze or restart).
+    pub async fn with_services(rows: u32, server: &tk::MariaDb, cluster: Vec<String>, brokers: String) -> anyhow::Result<Bench> {
+        let db = server.create_database("load")?;
         let mut bench = Bench {
             prefix: tk::unique_name("load"),
             db,
             rows,
-            mysql_root: tk::mariadb().root_url(),
+            mysql_root: server.root_url(),
+            repl_url: server.repl_url(),
             cluster,
             brokers,
             before_rows: (String::new(), 0),
@@ -125,7 +127,7 @@ payload = "row"
 mode = "write-through"
 "#,
             prefix = self.prefix,
-            repl = tk::mariadb().repl_url(),
+            repl = self.repl_url,
             sid = 20_000 + std::process::id() % 10_000,
             db = self.db,
             urls = urls.join(", "),
