@@ -29,7 +29,8 @@
 //! (SIGSTOP) 10 s; settle; one Redis master frozen 7 s; settle; every Redis client connection
 //! killed (`CLIENT KILL TYPE normal`); the leader's replica connection killed on the source
 //! (`KILL` of its Binlog Dump thread); the source (a MariaDB of the benchmark's own) stopped 3 s
-//! and started again; the leader killed (SIGKILL); settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
+//! and started again; one app instance replaced by a new one (empty local cache); the leader
+//! killed (SIGKILL); settle. It prints one row per phase, the takeover time of the standby, the lag gauge of the
 //! new leader in its first seconds, and what `binval verify` finds afterwards.
 
 #[path = "../load/binval.rs"]
@@ -118,19 +119,20 @@ async fn main() -> anyhow::Result<()> {
     let mut b = Some(Binval::spawn(&bench, "faults", &start, &topic)?);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let mut apps = Vec::new();
+    let build_app = || {
+        Consumer::builder()
+            .redis_cluster(bench.cluster.clone())
+            .brokers(bench.brokers.clone())
+            .topic(topic.clone())
+            .replicas(8)
+            .max_staleness(Some(Duration::from_millis(bound_ms)))
+            .max_entries(rows as u64 + 1_000)
+            .build()
+    };
+    // Each app instance in a slot, so one can be replaced (killed and started again).
+    let mut apps: Vec<Arc<Mutex<Consumer>>> = Vec::new();
     for _ in 0..2 {
-        apps.push(
-            Consumer::builder()
-                .redis_cluster(bench.cluster.clone())
-                .brokers(bench.brokers.clone())
-                .topic(topic.clone())
-                .replicas(8)
-                .max_staleness(Some(Duration::from_millis(bound_ms)))
-                .max_entries(rows as u64 + 1_000)
-                .build()
-                .await?,
-        );
+        apps.push(Arc::new(Mutex::new(build_app().await?)));
     }
     let stamp_id = bench.probe_ids()[0];
     let stamp_key = bench.key(stamp_id);
@@ -203,6 +205,14 @@ async fn main() -> anyhow::Result<()> {
         source.start_again()?;
         tokio::time::sleep(phase_secs).await;
 
+        // An app instance killed and started again: the new one begins with an empty local
+        // cache (the old one is dropped without a shutdown, as a crash leaves it).
+        phases.push(next("app instance restarted"));
+        let fresh = build_app().await?;
+        let old = std::mem::replace(&mut *apps[1].lock().unwrap(), fresh);
+        tokio::spawn(async move { old.shutdown().await });
+        tokio::time::sleep(phase_secs).await;
+
         // Kill -9 whichever instance leads; time the standby's takeover; start a new standby.
         phases.push(next("leader killed"));
         let (leader, standby) = {
@@ -247,7 +257,8 @@ async fn main() -> anyhow::Result<()> {
         let _ = r.await;
     }
     let mut counters = Vec::new();
-    for c in &apps {
+    for slot in &apps {
+        let c = slot.lock().unwrap().clone();
         counters.push(c.stats());
         c.shutdown().await;
     }
@@ -346,8 +357,9 @@ async fn stamp_loop(url: String, id: u32, stamps: Stamps, stopped: watch::Receiv
 }
 
 /// Every 20 ms: read the stamp row through the app instance and judge the value.
-async fn read_loop(c: Consumer, key: String, stamps: Stamps, phase: Arc<Mutex<Phase>>, stopped: watch::Receiver<bool>) {
+async fn read_loop(slot: Arc<Mutex<Consumer>>, key: String, stamps: Stamps, phase: Arc<Mutex<Phase>>, stopped: watch::Receiver<bool>) {
     while !*stopped.borrow() {
+        let c = slot.lock().unwrap().clone();
         let r = c.get(&key).await;
         let now = Instant::now();
         let read = match r {
