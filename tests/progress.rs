@@ -144,8 +144,11 @@ async fn progress_reaches_every_partition_and_follows_the_writes() {
         let positions: Vec<(u64, u64)> = mine.iter().filter_map(|m| m.position.as_ref()).map(order).collect();
         assert!(positions.windows(2).all(|w| w[0] <= w[1]), "partition {p}: positions only advance: {positions:?}");
         let final_msg = mine.last().expect("progress after the writes");
-        assert_eq!(final_msg.position.as_ref().map(order), Some(order(last)), "partition {p}: the last transaction's position");
-        assert_eq!(final_msg.lag_ms, 0, "partition {p}: caught up again");
+        // At or past this test's last transaction: the other tests of this file commit on the
+        // same server, and binval reads their transactions too.
+        let at = final_msg.position.as_ref().map(order);
+        assert!(at >= Some(order(last)), "partition {p}: the last transaction's position or later: {at:?} < {:?}", order(last));
+        assert!(final_msg.lag_ms <= 2_500, "partition {p}: caught up again: {} ms", final_msg.lag_ms);
         assert!(final_msg.commit_time_ms > 0);
     }
     // On the partition of each event, the first progress that covers its position comes after it.
@@ -296,6 +299,11 @@ async fn a_busy_source_keeps_app_instances_serving_locally() {
         .redis_standalone(tk::redis().url())
         .replicas(2)
         .kafka_property("fetch.wait.max.ms", "5")
+        // Commit times are binlog header seconds here (no heartbeat table): the announced lag
+        // of a healthy busy source reaches ~1.2 s, more on a loaded test machine, and local
+        // serving stops 250 ms before the bound; 3 s keeps this about a busy source, not the
+        // header's resolution (with `source.heartbeat_table` the lag is sub-second).
+        .max_staleness(Some(Duration::from_secs(3)))
         .build()
         .await
         .unwrap();
@@ -324,7 +332,7 @@ async fn a_busy_source_keeps_app_instances_serving_locally() {
     let s = app.stats();
     println!("{n} commits in 5 s: worst source lag seen {worst:?}, fail safe engaged {} times, hits {}", s.fail_safe_engaged, s.hits);
     assert_eq!(s.fail_safe_engaged, 0, "a busy source is not a lagging one");
-    assert!(worst < Duration::from_secs(2), "{worst:?}");
+    assert!(worst < Duration::from_secs(3), "{worst:?}");
     assert!(s.hits > 0);
     app.shutdown().await;
     run.stop().await;
