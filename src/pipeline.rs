@@ -260,6 +260,8 @@ async fn run_active(
 ) -> Result<(), Error> {
     let Some(p) = prepare(cfg, mapper, &shutdown, redis, lease).await? else { return Ok(()) };
     let kafka = p.kafka.clone();
+    // Before any task of this tenure (progress included) reads the shared state.
+    stats.new_tenure();
     // Progress messages for app instances (`write::progress`); stopped when this tenure ends.
     let _progress = crate::write::progress::spawn(cfg, kafka.clone(), stats.clone(), lease.fencing_token, shutdown.clone());
     match run_tasks(cfg, p, &shutdown, stats, redis, lease).await {
@@ -366,7 +368,6 @@ async fn run_tasks(
         })
     };
     let mapper = p.writer.mapper.clone();
-    stats.new_tenure();
     let heartbeat = cfg
         .source
         .heartbeat_table

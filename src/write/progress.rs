@@ -154,12 +154,11 @@ impl Drop for ProgressTask {
     }
 }
 
-/// Start the progress task of a tenure (nothing when `kafka.progress_interval_ms` is 0). Resets
-/// [`Stats::enqueued`] first: what the previous tenure enqueued may never have been delivered,
-/// and this tenure reads again from its checkpoint. The task runs until the returned handle is
-/// dropped or `stop` becomes true.
+/// Start the progress task of a tenure (nothing when `kafka.progress_interval_ms` is 0), after
+/// the pipeline reset the tenure's shared state (`Stats::enqueued` among it: what the previous
+/// tenure enqueued may never have been delivered, and this tenure reads again from its
+/// checkpoint). The task runs until the returned handle is dropped or `stop` becomes true.
 pub fn spawn(cfg: &Config, kafka: Arc<KafkaSink>, stats: Arc<Stats>, fencing_token: u64, stop: watch::Receiver<bool>) -> ProgressTask {
-    *stats.enqueued.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let interval = Duration::from_millis(cfg.kafka.progress_interval_ms);
     if interval.is_zero() {
         return ProgressTask(None);
