@@ -40,6 +40,20 @@ async fn write_during(env: &Env, n: i64, over: Duration) -> Vec<(u32, u64, i64)>
     out
 }
 
+/// The test's config with `mapping`, writing to the test's own `cluster` instead of the shared one.
+fn on_cluster(env: &Env, start: &str, mapping: &str, cluster: &tk::OwnedCluster) -> Config {
+    let quoted = |urls: Vec<String>| urls.iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", ");
+    let text = env
+        .config_toml(start, mapping)
+        .replace(&format!("urls = [{}]", quoted(tk::redis_cluster().urls())), &format!("urls = [{}]", quoted(cluster.urls())));
+    Config::from_toml(&text).unwrap()
+}
+
+/// A client of the Cluster at `urls`.
+fn client(urls: Vec<String>) -> RedisClient {
+    RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap()))
+}
+
 async fn seed(env: &Env) {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)").await;
 }
@@ -243,13 +257,7 @@ async fn redis_cluster_master_down_stalls_and_loses_nothing() {
     seed(&env).await;
     env.exec("INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)").await;
     let start = env.binlog_now().await;
-    let quoted = |urls: Vec<String>| urls.iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", ");
-    let text = env
-        .config_toml(&start, MAPPING)
-        .replace(&format!("urls = [{}]", quoted(tk::redis_cluster().urls())), &format!("urls = [{}]", quoted(cluster.urls())));
-    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
-    let client =
-        |urls: Vec<String>| RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap()));
+    let run = pipeline_env::start(on_cluster(&env, &start, MAPPING, &cluster));
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
     let mut r = block(|| client(cluster.urls()));
     block(|| check_redis(&mut r, &env, &first));
@@ -329,14 +337,8 @@ async fn a_frozen_master_holds_back_only_what_must_wait_for_it() {
     seed(&env).await;
     env.exec("INSERT INTO items VALUES (1, 1), (2, 2), (3, 3)").await;
     let start = env.binlog_now().await;
-    let quoted = |urls: Vec<String>| urls.iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", ");
-    let text = env
-        .config_toml(&start, MAPPING8)
-        .replace(&format!("urls = [{}]", quoted(tk::redis_cluster().urls())), &format!("urls = [{}]", quoted(cluster.urls())));
-    let run = pipeline_env::start(Config::from_toml(&text).unwrap());
+    let run = pipeline_env::start(on_cluster(&env, &start, MAPPING8, &cluster));
     let first = write_during(&env, 3, Duration::from_millis(300)).await;
-    let client =
-        |urls: Vec<String>| RedisClient::Cluster(Box::new(redis::cluster::ClusterClient::new(urls).unwrap().get_connection().unwrap()));
     let mut r = block(|| client(cluster.urls()));
     for &(id, v, _) in &first {
         assert_eq!(block(|| r.wait_version(&format!("{}:item:{id}", env.prefix), v)), v, "item {id} before the freeze");
