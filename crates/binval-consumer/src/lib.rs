@@ -457,8 +457,10 @@
 //! A gap in a partition's offsets (events deleted by retention before they were read, a
 //! broker that lost its log) clears the local cache at once ([`Stats::stream_gaps`]): an event
 //! that would have evicted an entry may be among the missing ones. The listener starts a
-//! partition only at a high or low watermark (record batch boundaries), so a broker that, like
-//! tansu, answers a fetch from inside a record batch with the next batch cannot cause one.
+//! partition only at a high or low watermark, which Kafka puts at record batch boundaries.
+//! tansu 0.6 does not always (its ListOffsets(latest) can point inside its newest batch, and
+//! it answers a fetch from inside a batch with the next one), so a jump before a partition's
+//! first message of a new consumer is not a gap: nothing was cached yet.
 //! There is no consumer group, so no rebalance can move partitions away from an instance.
 //!
 //! A `truncate` event (TRUNCATE / DROP TABLE of a mapped table; its `key` is the key template)

@@ -277,6 +277,16 @@ struct Listener<'a> {
     /// so a rebuild re-reads a few events (harmless: the evict rule is idempotent) rather than
     /// starting inside a record batch; see [`Listener::rebuild_if_wedged`].
     restart_at: BTreeMap<i32, i64>,
+    /// Partitions of the first assignment (at their high watermarks, with the local cache
+    /// empty) not read from yet. Their first message may lie past the start offset without a
+    /// gap: tansu 0.6 answers ListOffsets(latest) with the base offset of its newest record
+    /// batch plus one, which lies inside that batch when it holds several records, and answers
+    /// a fetch from inside a batch with the next one. The records skipped were stored before
+    /// the watermark was read, so before anything was cached, and every later fill reads
+    /// Redis, which already holds their changes (invariant I1): nothing they would evict can
+    /// be cached. A jump after the first message, or on a partition added later (assigned at
+    /// its low watermark, with the cache in use), is a gap.
+    unread: BTreeSet<i32>,
     /// Observations the positions have not reached yet.
     pending: Pending,
     /// New partitions whose assignment failed; retried every loop.
@@ -303,6 +313,7 @@ impl<'a> Listener<'a> {
             from_checker,
             checker_gone: false,
             restart_at: starts.clone(),
+            unread: starts.keys().copied().collect(),
             next_offset: starts,
             pending: Pending::default(),
             unassigned: Vec::new(),
@@ -326,8 +337,13 @@ impl<'a> Listener<'a> {
                 Some(Ok(msg)) => {
                     received += 1;
                     wait = Duration::ZERO;
+                    let first = self.unread.remove(&msg.partition());
                     let n = self.next_offset.entry(msg.partition()).or_insert(msg.offset());
-                    if msg.offset() > *n {
+                    if msg.offset() > *n && first {
+                        // The start offset lay inside a record batch and the broker answered
+                        // with the next batch: not a gap (see `unread`).
+                        info!(topic = %s.topic, partition = msg.partition(), start = *n, first = msg.offset(), "the partition's first event lies past its start offset (the broker's high watermark was inside a record batch); nothing was cached then, nothing to clear");
+                    } else if msg.offset() > *n {
                         // Offsets of this topic are contiguous (binval's producer is idempotent,
                         // not transactional: no control records; the topic is not compacted),
                         // and the listener only ever starts a partition at a high watermark or
@@ -472,6 +488,8 @@ impl<'a> Listener<'a> {
                 let old = std::mem::replace(&mut self.consumer, c);
                 let _ = std::thread::Builder::new().name("binval-inval-drop".into()).spawn(move || drop(old));
                 self.shared.counters.listener_rebuild();
+                // The cache may be in use now: a jump before the first message is a gap.
+                self.unread.clear();
                 info!(topic = %s.topic, from = ?self.restart_at, "invalidation consumer rebuilt (the broker reports events it did not deliver; connections presumed wedged); reading on from the last confirmed watermarks");
             }
             Err(e) => warn!(topic = %s.topic, error = %e, "rebuilding the invalidation consumer failed; retrying later"),
