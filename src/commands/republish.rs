@@ -12,14 +12,16 @@
 //! position), so the consumers' invalidation-lag metrics show them as old events.
 //!
 //! The range is given by time (Kafka message timestamps, resolved per partition with
-//! `offsets_for_times`) or by explicit `partition:offset` starts; it ends at `--to` (time) or at
-//! each partition's end offset when the command started. Nothing in Redis changes; the
+//! `offsets_for_times`) or by explicit `partition:offset` starts; it ends at `--to` (time) or
+//! where the reading first reaches each partition's end (at or after its end when the command
+//! started). Nothing in Redis changes; the
 //! checkpoint is not touched.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// The consumer republish reads the topic with.
@@ -94,7 +96,7 @@ pub async fn cli(cfg: &Config, from: &str, to: Option<&str>, dry_run: bool) -> R
 }
 
 /// Re-publish the events of the configured topic from `from` until `to_ms` (message time,
-/// inclusive) or the end offsets at start. Errors: a bad partition (definite), broker
+/// inclusive) or the partitions' ends (see `read_range`). Errors: a bad partition (definite), broker
 /// unreachable (transient).
 pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run: bool) -> Result<RepublishSummary, Error> {
     let topic = cfg.kafka.topic.clone();
@@ -130,7 +132,10 @@ fn consumer(cfg: &Config) -> Result<RepublishConsumer, Error> {
     }
     cc.set("group.id", format!("binval-republish-{}", std::process::id()))
         .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10");
+        .set("fetch.wait.max.ms", "10")
+        // The end of each partition is where the reader reaches the high watermark of a fetch
+        // response (see `read_range`).
+        .set("enable.partition.eof", "true");
     Ok(cc.create_with_context(Default::default()).map_err(|e| TransientError::Kafka(format!("consumer: {e}")))?)
 }
 
@@ -203,8 +208,17 @@ fn start_offsets(
     Ok(tpl)
 }
 
-/// Read each partition from its start in `tpl` up to its end offset at start, keeping the
-/// invalidation events within the time range (key, payload).
+/// Read each partition from its start in `tpl` to its end, keeping the invalidation events
+/// within the time range (key, payload).
+///
+/// A partition ends where the reader first reaches the high watermark of a fetch response
+/// (librdkafka's partition EOF), at or after `ends` (its ListOffsets end at start): everything
+/// that was in the partition when the command started is read, and perhaps a few newer events
+/// (harmless: the evict rule is idempotent). Nothing is sent before the whole range is read,
+/// so the re-published events themselves are never read back. Why not stop at `ends`: tansu
+/// 0.6 answers ListOffsets(latest) with its newest record batch's base offset plus one, which
+/// lies inside that batch when it holds several events, so the tail of the range was lost
+/// (`tests/recovery.rs`, the republish runbook, failed on it).
 #[allow(clippy::type_complexity)]
 fn read_range(
     consumer: &RepublishConsumer,
@@ -222,9 +236,9 @@ fn read_range(
     for e in tpl.elements() {
         if let Offset::Offset(o) = e.offset() {
             let end = ends[&e.partition()];
-            if end > o {
+            if end > 0 || o == 0 {
                 remaining.insert(e.partition(), end);
-            } else if end == 0 {
+            } else {
                 by_idle = true;
             }
         }
@@ -235,12 +249,15 @@ fn read_range(
     let mut to_send: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && Instant::now() < deadline {
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
-        let m = m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?;
+        let m = match consumer.poll(Duration::from_millis(200)) {
+            None => continue,
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                remaining.remove(&p);
+                continue;
+            }
+            Some(m) => m.map_err(|e| TransientError::Kafka(format!("read: {e}")))?,
+        };
         let (p, o) = (m.partition(), m.offset());
-        if remaining.get(&p).is_some_and(|end| o + 1 >= *end) {
-            remaining.remove(&p);
-        }
         if is_progress(&m) {
             // binval's own progress messages (`write::progress`) say how far the writer was
             // then; re-sending them would say it again, out of date. A running binval sends
