@@ -39,7 +39,9 @@ pub fn invalidation_message(data: &[u8]) {
                 assert_eq!(events.len(), b.change_count);
                 let mut again = binval_protocol::BatchBuilder::new();
                 for ev in &events {
-                    again.push(&ev.position, ev.commit_time_ms, ev.op, ev.version, &ev.table, &ev.key).expect("fits: it was read from a batch");
+                    again
+                        .push(&ev.position, ev.commit_time_ms, ev.op, ev.version, &ev.table, &ev.key)
+                        .expect("fits: it was read from a batch");
                 }
                 let bytes = again.finish(b.publish_time_ms);
                 let reread = decode_batch(Some(&bytes), DEFAULT_MAX_MESSAGE_BYTES).expect("a batch's own encoding parses").to_events();

@@ -649,11 +649,11 @@
 //! Cross-instance single-flight; a stale fallback on Redis errors (only a rate-limit refusal
 //! falls back).
 
+#[doc(hidden)]
+pub mod bench_support;
 mod builder;
 mod consumer;
 mod error;
-#[doc(hidden)]
-pub mod bench_support;
 mod fail_safe;
 mod front;
 #[doc(hidden)]

@@ -18,8 +18,8 @@ use moka::Expiry;
 use tokio::sync::broadcast;
 
 use crate::fail_safe::FailSafe;
-use crate::single_flight::SingleFlight;
 use crate::hot::{HotKeys, HotSettings};
+use crate::single_flight::SingleFlight;
 use crate::stats::Counters;
 
 /// One local cache entry: the payload text (`None`: "no row", a cached tombstone or missing
@@ -220,7 +220,13 @@ pub(crate) struct Shared {
     /// Keys that every replica read of a fill found missing (at least two masters asked),
     /// kept as long as the fill-race guard: their next fill reads one replica (see
     /// [`crate::ConsumerBuilder::max_replica_reads`]). An event of the key removes it.
-    pub confirmed_missing: Cache<String, ()>,
+    pub confirmed_missing: Cache<String, (), LocalHasher>,
+    /// When a key was last marked confirmed missing ([`Shared::mark_confirmed_missing`]), ns
+    /// since `created`; `u64::MAX`: never. Entries live `guard_ttl`, so once that has passed
+    /// since the last mark the map is empty, and the batched listener skips its lookups.
+    confirmed_missing_at: AtomicU64,
+    /// When this state was created (the base of `confirmed_missing_at`).
+    created: Instant,
     pub counters: Arc<Counters>,
     /// Read counter for hot-key detection (`None` when detection is off).
     pub hot: Option<HotKeys>,
@@ -309,7 +315,12 @@ impl Shared {
             guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
             prefix_guard: std::sync::RwLock::new(Vec::new()),
             guard_ttl: s.guard_ttl,
-            confirmed_missing: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
+            confirmed_missing: Cache::builder()
+                .max_capacity(s.guard_entries)
+                .time_to_live(s.guard_ttl)
+                .build_with_hasher(LocalHasher::default()),
+            confirmed_missing_at: AtomicU64::new(u64::MAX),
+            created: Instant::now(),
             counters,
             hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
@@ -586,6 +597,7 @@ impl Shared {
     /// bounds those.
     pub(crate) fn apply_batch_view(&self, b: &BatchView<'_>, scratch: &mut BatchScratch, want_notices: bool) -> Vec<EvictionNotice> {
         let filling = self.inflight.registered(b.changes().map(|c| c.key), &mut scratch.filling);
+        let any_missing = self.may_hold_confirmed_missing();
         let applied_at_ms = now_ms();
         let subscribed = want_notices || self.notices.receiver_count() > 0;
         let mut notices = Vec::new();
@@ -609,8 +621,10 @@ impl Shared {
                 e > 0
             } else {
                 let in_flight = filling && scratch.filling.get(i).copied().unwrap_or(true);
-                let interesting =
-                    self.guard_every_key || in_flight || self.local.contains_key(c.key) || self.confirmed_missing.contains_key(c.key);
+                let interesting = self.guard_every_key
+                    || in_flight
+                    || self.local.contains_key(c.key)
+                    || (any_missing && self.confirmed_missing.contains_key(c.key));
                 let evicted = interesting && self.apply_key(c.key, c.version);
                 evictions += evicted as u64;
                 evicted
@@ -638,6 +652,26 @@ impl Shared {
         self.bump_front();
         self.counters.events(n, evictions);
         notices
+    }
+
+    /// Mark `key` confirmed missing (every replica a fill read was missing, see `read.rs`).
+    pub(crate) fn mark_confirmed_missing(&self, key: &str) {
+        // Before the insert: the entry expires `guard_ttl` after the insert, so never before
+        // `guard_ttl` after this time.
+        let at = self.created.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64;
+        self.confirmed_missing_at.store(at, SeqCst);
+        self.confirmed_missing.insert(key.to_string(), ());
+    }
+
+    /// `false` only when no key can be marked confirmed missing now: none was ever, or the
+    /// last mark is more than `guard_ttl` (and a second of margin) old.
+    fn may_hold_confirmed_missing(&self) -> bool {
+        let at = self.confirmed_missing_at.load(SeqCst);
+        if at == u64::MAX {
+            return false;
+        }
+        let age = self.created.elapsed().saturating_sub(Duration::from_nanos(at));
+        age <= self.guard_ttl + Duration::from_secs(1)
     }
 
     /// One key's change at version `v`, as [`Shared::apply_batch`] applies it: raise the
@@ -819,7 +853,8 @@ mod tests {
         assert!(s.try_cache("p:1", Some(&v), 5, s.epoch(), None));
         assert!(s.try_cache("p:2", Some(&v), 20, s.epoch(), None));
         assert!(s.try_cache("q:1", Some(&v), 5, s.epoch(), None));
-        let bytes = batch(&[("p:1", 10, EvOp::Update), ("p:2", 10, EvOp::Update), ("p:3", 10, EvOp::Delete), ("q:{id}", 11, EvOp::Truncate)]);
+        let bytes =
+            batch(&[("p:1", 10, EvOp::Update), ("p:2", 10, EvOp::Update), ("p:3", 10, EvOp::Delete), ("q:{id}", 11, EvOp::Truncate)]);
         let b = binval_protocol::BatchView::parse(&bytes).unwrap();
         let notices = s.apply_batch_view(&b, &mut BatchScratch::default(), true);
         let evicted: Vec<(&str, bool)> = notices.iter().map(|n| (n.key.as_str(), n.evicted)).collect();
