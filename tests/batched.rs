@@ -23,7 +23,8 @@ const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:
 
 /// The test's config with `kafka.event_format = format`.
 fn config(env: &Env, start: &str, format: &str) -> binval::config::Config {
-    let text = env.config_toml(start, MAPPING).replace("create_topic = false\n", &format!("create_topic = false\nevent_format = \"{format}\"\n"));
+    let text =
+        env.config_toml(start, MAPPING).replace("create_topic = false\n", &format!("create_topic = false\nevent_format = \"{format}\"\n"));
     binval::config::Config::from_toml(&text).expect("test config is valid")
 }
 
@@ -44,7 +45,12 @@ async fn app(env: &Env) -> Consumer {
 
 /// The notice of `key` at `version` or newer: one already in `seen`, or the next one received
 /// (bounded wait); every notice received meanwhile goes to `seen`.
-async fn notice_of(sub: &mut broadcast::Receiver<EvictionNotice>, key: &str, version: u64, seen: &mut Vec<EvictionNotice>) -> EvictionNotice {
+async fn notice_of(
+    sub: &mut broadcast::Receiver<EvictionNotice>,
+    key: &str,
+    version: u64,
+    seen: &mut Vec<EvictionNotice>,
+) -> EvictionNotice {
     if let Some(n) = seen.iter().find(|n| n.key == key && n.version >= version) {
         return n.clone();
     }
@@ -210,7 +216,13 @@ async fn rolling_upgrade_from_per_key_to_batched() {
     let mut expect: BTreeMap<u32, String> = BTreeMap::new();
 
     // Cache every key, change them all, wait for the eviction of each, read the new value.
-    async fn round(env: &Env, a: &Consumer, sub: &mut broadcast::Receiver<EvictionNotice>, seen: &mut Vec<EvictionNotice>, tag: &str) -> u64 {
+    async fn round(
+        env: &Env,
+        a: &Consumer,
+        sub: &mut broadcast::Receiver<EvictionNotice>,
+        seen: &mut Vec<EvictionNotice>,
+        tag: &str,
+    ) -> u64 {
         let k = |id: u32| format!("{}:item:{id}", env.prefix);
         let v = env.exec_v(&format!("UPDATE items SET title = CONCAT(SUBSTRING_INDEX(title, '-', 1), '-{tag}')")).await;
         for id in [1u32, 2, 3, 4] {
@@ -270,4 +282,44 @@ async fn rolling_upgrade_from_per_key_to_batched() {
     }
     a.shutdown().await;
     run.stop().await;
+}
+
+/// `binval republish` of a batched topic: every batch goes out again as a batch, to the
+/// partition it was read from, marked `binval.republished`, and an app applies it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn republish_re_sends_batches_as_batches() {
+    let env = Env::new("rebatch", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let run = pipeline_env::start(config(&env, &start, "batched"));
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items VALUES (1,'a',1.00),(2,'b',2.00),(3,'c',3.00)").await;
+    let mut r = env.redis_client();
+    for id in [1u32, 2, 3] {
+        assert_eq!(block(|| r.wait_version(&k(id), v1)), v1);
+    }
+    let before = topic_changes(&env.topic, 3);
+    run.stop().await;
+    let a = app(&env).await;
+    let mut sub = a.subscribe_evictions();
+
+    let text = env.config_toml(&start, MAPPING).replace("create_topic = false\n", "create_topic = false\nevent_format = \"batched\"\n");
+    let cfg = env.write_config(&text);
+    let (code, out, err) = block(|| binval_cli(&["republish", "--config", cfg.to_str().unwrap(), "--from", "2000-01-01 00:00:00"], &[]));
+    assert_eq!(code, 0, "{err}");
+    let summary = json_lines(&out).pop().expect("a summary line");
+    assert_eq!(summary["read"], 3, "{summary} {err}");
+    assert_eq!(summary["republished"], 3, "{summary}");
+    let mut seen = Vec::new();
+    for id in [1u32, 2, 3] {
+        let n = notice_of(&mut sub, &k(id), v1, &mut seen).await;
+        assert_eq!(n.version, v1, "the app applied the re-sent batch");
+    }
+    let all = topic_changes(&env.topic, 6);
+    assert!(all.iter().all(|(_, batch, _)| *batch), "batches re-sent as batches");
+    assert_partitions_of_keys(&all);
+    let parts = |m: &[(i32, bool, Vec<InvalidationEvent>)]| m.iter().map(|(p, _, _)| *p).collect::<BTreeSet<i32>>();
+    assert_eq!(parts(&all), parts(&before), "re-sent to the partitions they were read from");
+    assert_eq!(a.stats().bad_messages, 0);
+    a.shutdown().await;
 }

@@ -323,7 +323,6 @@ fn is_progress<M: Message>(m: &M) -> bool {
 /// A batch message: the header `binval.kind: batch` ([`binval_protocol::KIND_BATCH`]).
 fn is_batch<M: Message>(m: &M) -> bool {
     use rdkafka::message::Headers;
-    m.headers().is_some_and(|h| {
-        h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_BATCH.as_bytes()))
-    })
+    m.headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_BATCH.as_bytes())))
 }

@@ -39,8 +39,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::config::{EventFormat, KafkaConfig};
 use crate::error::{classify_kafka, kafka_is_definite, DefiniteError, Error, TransientError};
-use crate::write::partitioner::Partitioner;
 use crate::security::kafka::SecurityContext;
+use crate::write::partitioner::Partitioner;
 
 /// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
 const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
@@ -372,7 +372,11 @@ impl Publisher<'_> {
                 }
                 let (b, first) = self.batches.entry(p).or_insert_with(|| (BatchBuilder::new(), key.to_string()));
                 b.push(position, commit_time_ms, op, version, table, key).map_err(|e| {
-                    Error::from(DefiniteError::KafkaRefused { key: key.to_string(), topic: self.sink.topic.clone(), message: e.to_string() })
+                    Error::from(DefiniteError::KafkaRefused {
+                        key: key.to_string(),
+                        topic: self.sink.topic.clone(),
+                        message: e.to_string(),
+                    })
                 })?;
                 if first.is_empty() {
                     *first = key.to_string();

@@ -109,14 +109,8 @@ mod tests {
     use rand::Rng;
     use std::ffi::c_void;
 
-    type Librdkafka = unsafe extern "C" fn(
-        *const rdkafka::bindings::rd_kafka_topic_t,
-        *const c_void,
-        usize,
-        i32,
-        *mut c_void,
-        *mut c_void,
-    ) -> i32;
+    type Librdkafka =
+        unsafe extern "C" fn(*const rdkafka::bindings::rd_kafka_topic_t, *const c_void, usize, i32, *mut c_void, *mut c_void) -> i32;
 
     /// librdkafka's own function, for a non-empty key (the deterministic branch never touches
     /// the topic handle).
