@@ -323,3 +323,54 @@ async fn republish_re_sends_batches_as_batches() {
     assert_eq!(a.stats().bad_messages, 0);
     a.shutdown().await;
 }
+
+/// A large transaction (over 256 KiB of row events: applied alone, in chunks of
+/// `apply.max_group_rows` rows) in the batched format: each chunk goes out as batches, every
+/// key's change is on the topic once, on its partition, and the app evicts the keys it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_transaction_goes_out_in_batches_per_chunk() {
+    let env = Env::new("bigbatch", RedisKind::Standalone);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT, pad VARCHAR(255))").await;
+    env.exec("INSERT INTO items VALUES (1, 1, 'a'), (2, 2, 'b'), (3, 3, 'c')").await;
+    let start = env.binlog_now().await;
+    let text = env.config_toml(&start, MAPPING).replace("create_topic = false\n", "create_topic = false\nevent_format = \"batched\"\n")
+        + "\n[apply]\nmax_group_rows = 500\n";
+    let run = pipeline_env::start(binval::config::Config::from_toml(&text).unwrap());
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let v0 = env.exec_v("UPDATE items SET v = v + 10").await;
+    let mut r = env.redis_client();
+    for id in [1u32, 2, 3] {
+        assert_eq!(block(|| r.wait_version(&k(id), v0)), v0);
+    }
+    let a = app(&env).await;
+    for id in [1u32, 2, 3] {
+        let v: serde_json::Value = a.get_json(&k(id)).await.unwrap().unwrap();
+        assert_eq!(v["v"], 10 + id as i64);
+    }
+    let mut sub = a.subscribe_evictions();
+    let big = "SET SESSION max_recursive_iterations = 100000; BEGIN; \
+        INSERT INTO items SELECT n, n, REPEAT('x', 200) FROM (WITH RECURSIVE s(n) AS (SELECT 4 UNION ALL SELECT n + 1 FROM s WHERE n < 3000) SELECT n FROM s) t; \
+        UPDATE items SET v = -v WHERE id <= 3; \
+        COMMIT";
+    let v = env.exec_v(big).await;
+    let mut seen = Vec::new();
+    for id in [1u32, 2, 3] {
+        let n = notice_of(&mut sub, &k(id), v, &mut seen).await;
+        assert!(n.evicted, "{} evicted", k(id));
+        let got: serde_json::Value = a.get_json(&k(id)).await.unwrap().unwrap();
+        assert_eq!(got["v"], -(10 + id as i64));
+    }
+    assert_eq!(block(|| r.wait_version(&k(2999), v)), v);
+    assert_eq!(run.stats.large_transactions.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let messages = topic_changes(&env.topic, 3 + 3000);
+    assert_partitions_of_keys(&messages);
+    let of_v: Vec<&(i32, bool, Vec<InvalidationEvent>)> = messages.iter().filter(|(_, _, e)| e.iter().any(|e| e.version == v)).collect();
+    let keys: BTreeSet<&str> = of_v.iter().flat_map(|(_, _, e)| e.iter().map(|e| e.key.as_str())).collect();
+    assert_eq!(keys.len(), 3000, "every key of the transaction, once");
+    assert_eq!(of_v.iter().map(|(_, _, e)| e.len()).sum::<usize>(), 3000, "no key twice");
+    assert!(of_v.iter().all(|(_, b, e)| *b && e.iter().all(|e| e.version == v)));
+    assert!(of_v.len() >= 6, "one batch per partition per chunk of 500 rows: {} messages", of_v.len());
+    assert!(of_v.len() < 3000 / 10, "batched: {} messages for 3000 keys", of_v.len());
+    a.shutdown().await;
+    run.stop().await;
+}
