@@ -149,7 +149,10 @@ impl KafkaSink {
 
     /// The partition the producer gives `key` (what a per-key event of it is produced to, and
     /// which batch carries it in the batched format), among the topic's partitions as of the
-    /// newest metadata.
+    /// newest metadata binval read (at connect, then every progress round,
+    /// [`KafkaSink::partitions`]; librdkafka refreshes its own every
+    /// `topic.metadata.refresh.interval.ms`, so right after partitions are added the two may
+    /// differ for a while: a key moves partition then in either format).
     pub fn partition_of(&self, key: &str) -> i32 {
         self.partitioner.partition(key.as_bytes(), self.partition_count.load(Relaxed))
     }
