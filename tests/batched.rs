@@ -374,3 +374,36 @@ async fn a_large_transaction_goes_out_in_batches_per_chunk() {
     a.shutdown().await;
     run.stop().await;
 }
+
+/// The topic's recovery reader (`ha::topic_marks`, used when no checkpoint survived) takes a
+/// batch for the per-key event of its last transaction: each partition's newest mark is the
+/// newest transaction with a key on it (progress messages off, so only batches mark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topic_marks_read_batches() {
+    let env = Env::new("batchmarks", RedisKind::Standalone);
+    env.exec(ITEMS).await;
+    let start = env.binlog_now().await;
+    let text = env
+        .config_toml(&start, MAPPING)
+        .replace("create_topic = false\n", "create_topic = false\nevent_format = \"batched\"\nprogress_interval_ms = 0\n");
+    let cfg = binval::config::Config::from_toml(&text).unwrap();
+    let run = pipeline_env::start(cfg.clone());
+    let k = |id: u32| format!("{}:item:{id}", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items SELECT seq, CONCAT('t', seq), 1.00 FROM seq_1_to_30").await;
+    let v2 = env.exec_v("UPDATE items SET title = 'x' WHERE id = 1").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&k(30), v1)), v1);
+    assert_eq!(block(|| r.wait_version(&k(1), v2)), v2);
+    // Every message delivered: the checkpoint only moves after the deliveries.
+    let _ = topic_changes(&env.topic, 31);
+    run.stop().await;
+    let report = block(|| binval::ha::topic_marks::read(&cfg)).expect("topic read");
+    assert_eq!(report.marks.len(), 3, "30 keys put a batch on every partition: {}", report.describe());
+    let p1 = Partitioner::Crc32.partition(k(1).as_bytes(), 3);
+    for m in &report.marks {
+        assert!(matches!(m.mark, binval::ha::topic_marks::Mark::Before(_)), "{:?}", m.mark);
+        let want = if m.partition == p1 { v2 } else { v1 };
+        let gtid = m.mark.position().gtid.clone().unwrap_or_default();
+        assert!(gtid.ends_with(&format!("-{want}")), "partition {}: {gtid}, want seq {want}: {}", m.partition, report.describe());
+    }
+}
