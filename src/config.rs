@@ -32,6 +32,7 @@ fn explain(message: &str) -> String {
         ("MappingMode", "\"write-through\" or \"invalidate\""),
         ("CheckpointStore", "\"redis\" or \"file\""),
         ("FenceMode", "\"auto\", \"gtid\" or \"file_pos\""),
+        ("EventFormat", "\"per_key\" or \"batched\""),
     ];
     let mut out = message.to_string();
     for (ty, allowed) in ALLOWED {
@@ -346,6 +347,38 @@ pub struct KafkaConfig {
     /// first, or keep this 0 until then.
     #[serde(default = "default_progress_interval_ms")]
     pub progress_interval_ms: u64,
+    /// How invalidation events are published ([`EventFormat`]): `per_key` (default: one JSON
+    /// message per key change) or `batched` (one binary message per partition per apply
+    /// group, `binval_protocol::batch`). Consumers older than the batched format skip its
+    /// messages (as bad messages) and so miss invalidations: upgrade every app first, then
+    /// switch (docs/design.md, "Batched events").
+    #[serde(default)]
+    pub event_format: EventFormat,
+}
+
+/// `kafka.event_format`: the format of the invalidation events binval publishes.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EventFormat {
+    /// One JSON message per key change (`schemas/invalidation-event.schema.json`), keyed by
+    /// the logical key. Readable by every consumer version and by consumers in other languages.
+    #[default]
+    PerKey,
+    /// One binary message per partition per apply group (`schemas/invalidation-batch.md`,
+    /// header `binval.kind: batch`), produced to the partition the producer's partitioner
+    /// gives each of its keys, compressed (`compression.type` lz4 unless set). Needs
+    /// binval-consumer with batch support in every app.
+    Batched,
+}
+
+impl EventFormat {
+    /// The config value (`per_key`, `batched`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventFormat::PerKey => "per_key",
+            EventFormat::Batched => "batched",
+        }
+    }
 }
 
 /// Where the checkpoint lives.
@@ -657,6 +690,10 @@ impl Config {
         if self.kafka.partitions < 1 {
             return Err(bad("kafka.partitions".into(), "must be >= 1".into()));
         }
+        if self.kafka.event_format == EventFormat::Batched {
+            crate::write::partitioner::Partitioner::from_property(self.kafka.properties.get("partitioner").map(String::as_str))
+                .map_err(|e| bad("kafka.event_format".into(), e.to_string()))?;
+        }
         if self.kafka.progress_interval_ms > 60_000 {
             return Err(bad("kafka.progress_interval_ms".into(), "must be 0 (off) or at most 60000 ms".into()));
         }
@@ -782,6 +819,7 @@ replicas = 8
         assert_eq!(c.source.heartbeat_ms, 1000);
         assert_eq!(c.kafka.topic, "binval.invalidations");
         assert_eq!(c.kafka.progress_interval_ms, 200);
+        assert_eq!(c.kafka.event_format, EventFormat::PerKey);
         assert_eq!(c.mappings[0].mode, MappingMode::WriteThrough);
         assert_eq!(c.mappings[0].payload, Payload::Whole("row".into()));
     }
@@ -873,6 +911,8 @@ replicas = 8
             ("kafka", "replication_factor = 0", "kafka.replication_factor"),
             ("kafka", "replication_factor = 40000", "kafka.replication_factor"),
             ("kafka", "progress_interval_ms = 60001", "kafka.progress_interval_ms"),
+            ("kafka", "event_format = \"json\"", "kafka.event_format"),
+            ("kafka", "event_format = \"json\"", "\"per_key\" or \"batched\""),
             ("kafka", "partitions = 2147483648", "partitions"),
             ("[mappings]", "ttl_secs = 9223372036854775807", "mappings[0].ttl_secs"),
             ("[mappings]", "ttl_secs = 18446744073709551616", "mappings[0].ttl_secs"),
@@ -880,6 +920,10 @@ replicas = 8
             let e = section(name, extra);
             assert!(e.contains(field), "{extra}: {e}");
         }
+        let batched = OK.replace("[kafka]\n", "[kafka]\nevent_format = \"batched\"\n");
+        assert_eq!(Config::from_toml(&batched).unwrap().kafka.event_format, EventFormat::Batched);
+        let e = Config::from_toml(&format!("{batched}\n[kafka.properties]\npartitioner = \"random\"\n")).unwrap_err().to_string();
+        assert!(e.contains("kafka.event_format") && e.contains("kafka.properties.partitioner"), "{e}");
         let e = Config::from_toml(&format!("{OK}\n[checkpoint]\ninterval_ms = 0\n")).unwrap_err().to_string();
         assert!(e.contains("checkpoint.interval_ms"), "{e}");
         let e = Config::from_toml(&format!("{OK}\n[metrics]\nready_max_lag_ms = 0\n")).unwrap_err().to_string();

@@ -41,7 +41,7 @@
 //! | `binval_transactions_total` | counter | transactions | | committed transactions applied (incl. those with no mapped rows) |
 //! | `binval_rows_total` | counter | rows | | row changes of mapped tables applied |
 //! | `binval_key_changes_total` | counter | key changes | | key changes written to Redis (replicas + version token) |
-//! | `binval_events_acked_total` | counter | events | | invalidation events acknowledged by Kafka |
+//! | `binval_events_acked_total` | counter | events | | invalidation messages acknowledged by Kafka (`per_key`: one per key change; `batched`: one per batch) |
 //! | `binval_lag_seconds` | gauge | s | | seconds behind the source: 0 when everything read is acknowledged and the reader is at the end of the binlog (the primary sent a replication heartbeat since the last transaction); else now minus the commit time of the last acknowledged transaction (of the first one this tenure read while it acknowledged none: a new leader is as far behind as the oldest change it has to apply again). Commit times are binlog header seconds, or the heartbeat row's `NOW(6)` with `source.heartbeat_table` (sub-second). Grows while the pipeline stalls |
 //! | `binval_heartbeat_lag_seconds` | gauge | s | | acknowledgement time minus the `NOW(6)` of the last heartbeat row seen back (`source.heartbeat_table`) |
 //! | `binval_binlog_file_index` | gauge | index | `position` | file index (`mysql-bin.000042` -> 42) of a position: `read` (end of the last transaction read), `acked` (last acknowledged), `checkpoint` (last saved or loaded), `source` (the primary's `SHOW MASTER STATUS`, every 10 s) |
@@ -660,7 +660,7 @@ fn describe() {
     describe_counter!(TRANSACTIONS, "committed transactions applied");
     describe_counter!(ROWS, "row changes of mapped tables applied");
     describe_counter!(KEY_CHANGES, "key changes written to Redis");
-    describe_counter!(EVENTS_ACKED, "invalidation events acknowledged by Kafka");
+    describe_counter!(EVENTS_ACKED, "invalidation messages acknowledged by Kafka (per_key: one per key change; batched: one per batch)");
     describe_gauge!(LAG, Unit::Seconds, "seconds behind the source (0 when everything read is acknowledged)");
     describe_gauge!(HEARTBEAT_LAG, Unit::Seconds, "ack time minus NOW(6) of the last heartbeat row seen back");
     describe_gauge!(BINLOG_FILE_INDEX, "binlog file index of the read/acked/checkpoint/source position");

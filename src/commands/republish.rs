@@ -16,6 +16,14 @@
 //! where the reading first reaches each partition's end (at or after its end when the command
 //! started). Nothing in Redis changes; the
 //! checkpoint is not touched.
+//!
+//! # Formats
+//!
+//! Each message is published again in the format it was read in, whatever
+//! `kafka.event_format` says now: a per-key event with its key (the producer's partitioner puts
+//! it on the partition it came from), a batch (`binval.kind: batch`) to the partition it was
+//! read from. So re-publishing never moves a key to another partition, and never sends a batch
+//! to apps that only ever read per-key events from this topic.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -63,9 +71,9 @@ impl RepublishFrom {
 /// Totals, printed as one JSON line.
 #[derive(Debug, Default, Serialize, Clone, PartialEq, Eq)]
 pub struct RepublishSummary {
-    /// Events read in the range.
+    /// Events (key changes) read in the range; a batch message counts its key changes.
     pub read: u64,
-    /// Events published again (0 in a dry run).
+    /// Events (key changes) published again (0 in a dry run).
     pub republished: u64,
     /// Messages skipped because they are not invalidation events (reported, never re-sent).
     /// binval's progress messages are neither counted nor re-sent.
@@ -109,12 +117,16 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
     })?;
     if let Some(sink) = sink {
         let mut futs = Vec::with_capacity(deliveries.len());
-        for (k, v) in &deliveries {
-            futs.push(sink.enqueue_raw(k, v).await?);
+        for m in &deliveries {
+            let f = match m.batch_partition {
+                Some(p) => sink.enqueue_raw_batch(p, &m.payload).await?,
+                None => sink.enqueue_raw(&m.key, &m.payload).await?,
+            };
+            futs.push((f, m.events));
         }
-        for f in futs {
+        for (f, events) in futs {
             match f.await {
-                Ok(Ok(_)) => summary.republished += 1,
+                Ok(Ok(_)) => summary.republished += events,
                 Ok(Err((e, _))) => return Err(TransientError::Kafka(format!("republish: {e}")).into()),
                 Err(_) => return Err(TransientError::Kafka("republish cancelled".into()).into()),
             }
@@ -208,6 +220,16 @@ fn start_offsets(
     Ok(tpl)
 }
 
+/// One message to publish again.
+struct Resend {
+    key: Vec<u8>,
+    payload: Vec<u8>,
+    /// `Some(partition)` for a batch message (re-sent there), `None` for a per-key event.
+    batch_partition: Option<i32>,
+    /// Key changes it carries.
+    events: u64,
+}
+
 /// Read each partition from its start in `tpl` to its end, keeping the invalidation events
 /// within the time range (key, payload).
 ///
@@ -219,7 +241,6 @@ fn start_offsets(
 /// 0.6 answers ListOffsets(latest) with its newest record batch's base offset plus one, which
 /// lies inside that batch when it holds several events, so the tail of the range was lost
 /// (`tests/recovery.rs`, the republish runbook, failed on it).
-#[allow(clippy::type_complexity)]
 fn read_range(
     consumer: &RepublishConsumer,
     tpl: &TopicPartitionList,
@@ -227,7 +248,7 @@ fn read_range(
     from: &RepublishFrom,
     to_ms: Option<u64>,
     dry_run: bool,
-) -> Result<(RepublishSummary, Vec<(Vec<u8>, Vec<u8>)>), Error> {
+) -> Result<(RepublishSummary, Vec<Resend>), Error> {
     // Brokers that report no usable high watermark (some Kafka-protocol implementations
     // answer 0) are read until they stay quiet for IDLE instead.
     const IDLE: Duration = Duration::from_millis(1500);
@@ -246,7 +267,7 @@ fn read_range(
     let mut last_msg = Instant::now();
     consumer.assign(tpl).map_err(|e| TransientError::Kafka(format!("assign: {e}")))?;
     let mut summary = RepublishSummary { dry_run, ..Default::default() };
-    let mut to_send: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut to_send: Vec<Resend> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(300);
     while (!remaining.is_empty() || (by_idle && last_msg.elapsed() < IDLE)) && Instant::now() < deadline {
         let m = match consumer.poll(Duration::from_millis(200)) {
@@ -278,13 +299,25 @@ fn read_range(
             }
         }
         let payload = m.payload().unwrap_or_default();
-        if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
-            tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
-            summary.skipped += 1;
-            continue;
-        }
-        summary.read += 1;
-        to_send.push((m.key().unwrap_or_default().to_vec(), payload.to_vec()));
+        let (batch_partition, events) = if is_batch(&m) {
+            match binval_protocol::BatchView::parse(payload) {
+                Ok(b) => (Some(p), b.change_count as u64),
+                Err(e) => {
+                    tracing::warn!(partition = p, offset = o, error = %e, "not an invalidation batch; not re-published");
+                    summary.skipped += 1;
+                    continue;
+                }
+            }
+        } else {
+            if binval_protocol::InvalidationEvent::from_json(payload).is_err() {
+                tracing::warn!(partition = p, offset = o, "not an invalidation event; not re-published");
+                summary.skipped += 1;
+                continue;
+            }
+            (None, 1)
+        };
+        summary.read += events;
+        to_send.push(Resend { key: m.key().unwrap_or_default().to_vec(), payload: payload.to_vec(), batch_partition, events });
     }
     if !remaining.is_empty() {
         return Err(TransientError::Kafka(format!(
@@ -302,4 +335,11 @@ fn is_progress<M: Message>(m: &M) -> bool {
     m.headers().is_some_and(|h| {
         h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_PROGRESS.as_bytes()))
     })
+}
+
+/// A batch message: the header `binval.kind: batch` ([`binval_protocol::KIND_BATCH`]).
+fn is_batch<M: Message>(m: &M) -> bool {
+    use rdkafka::message::Headers;
+    m.headers()
+        .is_some_and(|h| h.iter().any(|h| h.key == binval_protocol::KIND_HEADER && h.value == Some(binval_protocol::KIND_BATCH.as_bytes())))
 }

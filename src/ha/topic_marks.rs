@@ -42,7 +42,9 @@
 //! [`REPUBLISHED_HEADER`]) are skipped — their versions are not the run's progress (a repair
 //! writes at a snapshot's position, which can be ahead of what `run` applied); so are events of
 //! keys no mapping of this source renders (another source publishing to the same topic: events
-//! name no source, their keys do), and anything that is not an invalidation event.
+//! name no source, their keys do), and anything that is not an invalidation event. A **batch
+//! message** (header `binval.kind: batch`, `kafka.event_format = "batched"`) counts like the
+//! per-key event of its last transaction with one of this source's keys.
 //!
 //! A **progress message** (Kafka header [`KIND_HEADER`] = `progress`: binval sends one to each
 //! partition every `kafka.progress_interval_ms`, saying "everything of the source up to
@@ -168,12 +170,36 @@ pub fn classify<'h>(headers: impl IntoIterator<Item = (&'h str, Option<&'h [u8]>
     match kind {
         None => {}
         Some(b"progress") => return progress(payload, ours),
+        Some(b"batch") => return batch(payload, ours),
         Some(_) => return Classified::Skip("a message of another kind"),
     }
     match InvalidationEvent::from_json(payload) {
         Ok(ev) if ours.event(&ev) => Classified::Mark(Mark::Before(ev.position)),
         Ok(_) => Classified::Skip("events of keys no mapping of this source renders"),
         Err(_) => Classified::Skip("not an invalidation event"),
+    }
+}
+
+/// A batch message (`kafka.event_format = "batched"`): it stands for its key changes, which
+/// were enqueued together after the Redis writes of their group, so it vouches like the
+/// per-key event of its last transaction that has one of this source's keys: a
+/// [`Mark::Before`] of that transaction's position (conservative: the whole group is in fact
+/// delivered for this partition).
+fn batch(payload: &[u8], ours: &Ours) -> Classified {
+    let Ok(b) = binval_protocol::BatchView::parse(payload) else { return Classified::Skip("an unreadable invalidation batch") };
+    let mut last = None;
+    for c in b.changes() {
+        let mine = match c.op {
+            binval_protocol::Op::Truncate => ours.templates.iter().any(|t| t == c.key),
+            _ => ours.resolver.owner(c.key).is_some(),
+        };
+        if mine {
+            last = Some(c.txn);
+        }
+    }
+    match last {
+        Some(t) => Classified::Mark(Mark::Before(t.position())),
+        None => Classified::Skip("events of keys no mapping of this source renders"),
     }
 }
 
@@ -441,6 +467,17 @@ mod tests {
         assert!(matches!(classify([(WRITER_HEADER, Some(&b"repair"[..]))], &e, &ours), Classified::Skip(_)));
         assert!(matches!(classify([], b"{}", &ours), Classified::Skip(_)));
         assert!(matches!(classify([], &e, &Ours::of(&cfg("other:{id}"))), Classified::Skip(_)), "another source's event");
+        // A batch vouches like the event of its last transaction with a key of this source.
+        let later = SourcePosition { file: "b.000001".into(), pos: 200, gtid: Some("0-1-6".into()) };
+        let mut b = binval_protocol::BatchBuilder::new();
+        b.push(&at, 0, binval_protocol::Op::Update, 5, "a.b", "k:1").unwrap();
+        b.push(&later, 0, binval_protocol::Op::Update, 6, "a.b", "k:2").unwrap();
+        b.push(&SourcePosition { pos: 300, ..later.clone() }, 0, binval_protocol::Op::Update, 7, "x.y", "other:3").unwrap();
+        let batch = b.finish(0);
+        let kind = [(KIND_HEADER, Some(&b"batch"[..]))];
+        assert_eq!(classify(kind, &batch, &ours), Classified::Mark(Mark::Before(later.clone())));
+        assert!(matches!(classify(kind, &batch[..batch.len() - 1], &ours), Classified::Skip(_)), "a truncated batch");
+        assert!(matches!(classify(kind, &batch, &Ours::of(&cfg("zzz:{id}"))), Classified::Skip(_)), "another source's batch");
         let progress = |source: &str, position: bool| {
             let mut v = serde_json::json!({"schema": 1, "source": source, "partition": 0, "commit_time_ms": 0, "lag_ms": 0, "fencing_token": 1, "publish_time_ms": 0});
             if position {

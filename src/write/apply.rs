@@ -12,7 +12,9 @@
 //!    ([`Mapper::map_rows`]) and collapsed to one change per key;
 //! 2. the fenced writes, each change at its transaction's fence position
 //!    ([`crate::write::fence`]), under the tenure's fencing token ([`RedisConn::apply_batch`]);
-//! 3. one invalidation event per key change;
+//! 3. one invalidation event per key change (`kafka.event_format = "per_key"`), or one batch
+//!    message per partition carrying the group's changes for it (`"batched"`; see
+//!    [`crate::write::kafka_sink::Publisher`]);
 //! 4. table-wide invalidations (TRUNCATE / DROP TABLE / partition operations on mapped
 //!    tables): every key of the table marked stale, with one `truncate` event per key template.
 //!
@@ -168,7 +170,8 @@ pub struct TxnOutcome {
     pub rows: u64,
     /// Events acknowledged (only with [`ApplyOptions::await_deliveries`]).
     pub events_acked: u64,
-    /// Events in flight, with their keys (without [`ApplyOptions::await_deliveries`]).
+    /// Messages in flight, each named by its key (a batch: its first key and how many more)
+    /// (without [`ApplyOptions::await_deliveries`]).
     pub deliveries: Vec<(String, DeliveryFuture)>,
 }
 
@@ -437,7 +440,7 @@ impl Writer {
             metrics::counter!(names::FENCED_NOOPS).increment(noop as u64);
         }
         let kafka = if self.options.publish_events { Some(self.kafka.clone().expect("not a dry run")) } else { None };
-        o.deliveries.reserve(if kafka.is_some() { group.changes.len() } else { 0 });
+        let mut out = kafka.as_ref().map(|k| k.publisher());
         for ((ch, a), &(_, t)) in group.changes.iter().zip(applied).zip(&group.tags) {
             if moved(&a) {
                 o.changed += 1;
@@ -447,10 +450,12 @@ impl Writer {
                     continue;
                 }
             }
-            let Some(kafka) = &kafka else { continue };
-            crate::failpoint::hit("kafka.before_enqueue");
-            let ev = group.txns[t as usize].event(&ch.key, a.version, ch.op, &ch.table);
-            o.deliveries.push((ch.key.clone(), kafka.enqueue(&ev).await?));
+            let Some(out) = &mut out else { continue };
+            let txn = &group.txns[t as usize];
+            out.push(&txn.position, txn.commit_time_ms, &ch.key, a.version, ch.op, &ch.table).await?;
+        }
+        if let Some(out) = out {
+            o.deliveries.extend(out.finish().await?);
         }
         metrics::counter!(names::KEY_CHANGES).increment(group.changes.len() as u64);
         Ok(())
@@ -521,11 +526,13 @@ impl Writer {
             return Ok(());
         }
         let kafka = self.kafka.as_ref().expect("not a dry run");
+        // One `truncate` event per key template, keyed (and, batched, partitioned) by the
+        // template.
+        let mut out = kafka.publisher();
         for (table, t) in done {
-            crate::failpoint::hit("kafka.before_enqueue");
-            let ev = txn.event(t.as_str(), w.position.0, binval_protocol::Op::Truncate, table);
-            o.deliveries.push((t.as_str().to_string(), kafka.enqueue(&ev).await?));
+            out.push(&txn.position, txn.commit_time_ms, t.as_str(), w.position.0, binval_protocol::Op::Truncate, table).await?;
         }
+        o.deliveries.extend(out.finish().await?);
         Ok(())
     }
 }
@@ -615,7 +622,8 @@ pub struct Pending {
     pub xa: Option<Arc<crate::binlog::xa::XaCheckpoint>>,
     /// Transactions of the group (0 for a chunk that is not the last of its transaction).
     pub transactions: u64,
-    /// Events in flight, with their keys.
+    /// Messages in flight (an event, or a batch of the batched format), each named by its
+    /// (first) key.
     pub deliveries: Vec<(String, DeliveryFuture)>,
 }
 

@@ -6,21 +6,41 @@
 //! Sending only enqueues; the returned [`DeliveryFuture`]s go to the checkpoint stage, which
 //! advances the checkpoint past a transaction only when all of its events are acknowledged.
 //!
+//! # Formats (`kafka.event_format`)
+//!
+//! * `per_key` (default): one JSON [`InvalidationEvent`] per key change, keyed by the logical
+//!   key; librdkafka's partitioner picks the partition.
+//! * `batched`: a [`Publisher`] gathers the key changes of one group (one chunk of a large
+//!   transaction; the `truncate` events of one statement) per partition and enqueues one
+//!   [`binval_protocol::batch`] message per partition (more when one would exceed
+//!   [`BATCH_MAX_BYTES`]), with the header `binval.kind: batch`, to an explicit partition:
+//!   the one librdkafka's partitioner gives the key ([`Partitioner`]), so a key's changes stay
+//!   on one partition across formats. The producer compresses (`compression.type` lz4 unless
+//!   set in `kafka.properties`).
+//!
+//! Either way the deliveries go to the checkpoint stage in enqueue order, and the checkpoint
+//! moves past a group only when every message of it is acknowledged (I3).
+//!
 //! Errors are classified by [`crate::error::classify_kafka`]: an event Kafka will never take
 //! (too large, not authorised, no such topic while binval may not create it, an invalid
 //! setting) is definite and names key and topic; anything else is retried.
 
 use std::time::Duration;
 
-use binval_protocol::{InvalidationEvent, ProgressMessage, KIND_HEADER, KIND_PROGRESS};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+
+use binval_protocol::batch::{change_bytes, txn_bytes, BatchBuilder};
+use binval_protocol::{InvalidationEvent, Op, ProgressMessage, SourcePosition, KIND_BATCH, KIND_HEADER, KIND_PROGRESS};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
-use crate::config::KafkaConfig;
-use crate::error::{classify_kafka, kafka_is_definite, Error, TransientError};
+use crate::config::{EventFormat, KafkaConfig};
+use crate::error::{classify_kafka, kafka_is_definite, DefiniteError, Error, TransientError};
 use crate::security::kafka::SecurityContext;
+use crate::write::partitioner::Partitioner;
 
 /// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
 const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
@@ -32,8 +52,19 @@ pub const WRITER_HEADER: &str = "binval.writer";
 /// Kafka header of events `binval republish` published again.
 pub const REPUBLISHED_HEADER: &str = "binval.republished";
 
+/// The largest batch payload binval builds, bytes (uncompressed): a partition's share of a group
+/// beyond it goes out as several messages, each well under Kafka's default 1 MiB
+/// `message.max.bytes` and binval-consumer's default `max_message_bytes` (also 1 MiB).
+pub const BATCH_MAX_BYTES: usize = 256 << 10;
+
 /// The invalidation event producer.
 pub struct KafkaSink {
+    /// `kafka.event_format`.
+    format: EventFormat,
+    /// The producer's partitioner, for the batched format.
+    partitioner: Partitioner,
+    /// Partitions of the topic, from the newest metadata ([`KafkaSink::partitions`]).
+    partition_count: AtomicI32,
     producer: FutureProducer<SecurityContext>,
     topic: String,
     create_topic: bool,
@@ -65,6 +96,11 @@ impl KafkaSink {
         //   the acknowledgements (and the checkpoint) but does not end the tenure; while it
         //   is away the Redis writes go on until the queue above is full (issue #22), and
         //   `binval_kafka_unacked_seconds` with a warning every 3 s says that it waits.
+        // - compression.type lz4 with the batched format: a batch message carries many keys with
+        //   common prefixes, and its fixed-width fields are mostly zeros.
+        if cfg.event_format == EventFormat::Batched {
+            cc.set("compression.type", "lz4");
+        }
         cc.set("linger.ms", "5")
             .set("queue.buffering.max.kbytes", "65536")
             .set("message.timeout.ms", "300000")
@@ -83,13 +119,87 @@ impl KafkaSink {
         // Fail early (and retry) when no broker answers.
         let p = producer.clone();
         let topic = cfg.topic.clone();
-        tokio::task::spawn_blocking(move || p.client().fetch_metadata(Some(&topic), Duration::from_secs(5)))
+        let md = tokio::task::spawn_blocking(move || p.client().fetch_metadata(Some(&topic), Duration::from_secs(5)))
             .await
             .expect("metadata task")
             .map_err(|e| connect_error(&e, cfg, &format!("metadata for topic {}", cfg.topic), &context))?;
+        let count = md.topics().iter().filter(|t| t.name() == cfg.topic).map(|t| t.partitions().len()).sum::<usize>() as i32;
         let queue_capacity =
             cfg.properties.get("queue.buffering.max.messages").and_then(|v| v.parse().ok()).unwrap_or(LIBRDKAFKA_QUEUE_MESSAGES);
-        Ok(KafkaSink { producer, topic: cfg.topic.clone(), create_topic: cfg.create_topic, queue_capacity, writer: None })
+        let partitioner = Partitioner::from_property(cfg.properties.get("partitioner").map(String::as_str))?;
+        if cfg.event_format == EventFormat::Batched && count < 1 {
+            return Err(TransientError::Kafka(format!("metadata for topic {}: no partitions yet", cfg.topic)).into());
+        }
+        Ok(KafkaSink {
+            format: cfg.event_format,
+            partitioner,
+            partition_count: AtomicI32::new(count),
+            producer,
+            topic: cfg.topic.clone(),
+            create_topic: cfg.create_topic,
+            queue_capacity,
+            writer: None,
+        })
+    }
+
+    /// The format events are published in (`kafka.event_format`).
+    pub fn format(&self) -> EventFormat {
+        self.format
+    }
+
+    /// The partition the producer gives `key` (what a per-key event of it is produced to, and
+    /// which batch carries it in the batched format), among the topic's partitions as of the
+    /// newest metadata binval read (at connect, then every progress round,
+    /// [`KafkaSink::partitions`]; librdkafka refreshes its own every
+    /// `topic.metadata.refresh.interval.ms`, so right after partitions are added the two may
+    /// differ for a while: a key moves partition then in either format).
+    pub fn partition_of(&self, key: &str) -> i32 {
+        self.partitioner.partition(key.as_bytes(), self.partition_count.load(Relaxed))
+    }
+
+    /// A [`Publisher`] for the events of one group (or chunk, or statement).
+    pub fn publisher(&self) -> Publisher<'_> {
+        Publisher { sink: self, batches: BTreeMap::new(), deliveries: Vec::new() }
+    }
+
+    /// Enqueue one batch payload ([`binval_protocol::batch`]) to `partition`, with the header
+    /// `binval.kind: batch` (and [`WRITER_HEADER`] for commands other than `binval run`);
+    /// waits while the producer's queue is full. `what` names it in errors.
+    pub async fn enqueue_batch(&self, partition: i32, payload: &[u8], what: &str) -> Result<DeliveryFuture, Error> {
+        use rdkafka::message::{Header, OwnedHeaders};
+        loop {
+            let mut headers = OwnedHeaders::new().insert(Header { key: KIND_HEADER, value: Some(KIND_BATCH) });
+            if let Some(w) = self.writer {
+                headers = headers.insert(Header { key: WRITER_HEADER, value: Some(w) });
+            }
+            let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
+            match self.producer.send_result(rec) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(classify_kafka(&e, what, &self.topic, self.create_topic, &format!("enqueue {what}"))),
+            }
+        }
+    }
+
+    /// Enqueue an already-encoded batch again (re-publishing) to the partition it was read
+    /// from, with the headers `binval.kind: batch` and `binval.republished: 1`.
+    pub async fn enqueue_raw_batch(&self, partition: i32, payload: &[u8]) -> Result<DeliveryFuture, Error> {
+        use rdkafka::message::{Header, OwnedHeaders};
+        loop {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: KIND_HEADER, value: Some(KIND_BATCH) })
+                .insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
+            let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
+            match self.producer.send_result(rec) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue batch to partition {partition}: {e}")).into()),
+            }
+        }
     }
 
     /// Mark every event of this producer with [`WRITER_HEADER`] = `writer` (commands other
@@ -182,6 +292,8 @@ impl KafkaSink {
         if ids.is_empty() {
             return Err(TransientError::Kafka(format!("metadata for topic {}: no partitions", self.topic)).into());
         }
+        // The batched format partitions by this count, as librdkafka does by its own metadata.
+        self.partition_count.store(ids.len() as i32, Relaxed);
         Ok(ids)
     }
 
@@ -207,6 +319,99 @@ impl KafkaSink {
     pub async fn flush(&self, timeout: Duration) {
         let p = self.producer.clone();
         let _ = tokio::task::spawn_blocking(move || p.flush(timeout)).await;
+    }
+}
+
+/// The events of one group (one chunk of a large transaction, one statement's `truncate`
+/// events) on their way to the producer, in the sink's format ([`KafkaSink::publisher`]):
+/// per key, each [`Publisher::push`] enqueues its event at once; batched, the changes are
+/// gathered per partition and [`Publisher::finish`] enqueues one message per partition (a
+/// partition's batch that would exceed [`BATCH_MAX_BYTES`] is enqueued when full, and a new one
+/// begins). The deliveries come back in enqueue order, each named by its (first) key.
+pub struct Publisher<'a> {
+    sink: &'a KafkaSink,
+    /// Per partition: the batch being built and its first key (names it in errors).
+    batches: BTreeMap<i32, (BatchBuilder, String)>,
+    deliveries: Vec<(String, DeliveryFuture)>,
+}
+
+impl Publisher<'_> {
+    /// One key change of the transaction at `position` (committed at `commit_time_ms`).
+    /// Errors: as [`KafkaSink::enqueue`]; batched, a key longer than 65,535 bytes is a
+    /// definite error naming it.
+    pub async fn push(
+        &mut self,
+        position: &SourcePosition,
+        commit_time_ms: u64,
+        key: &str,
+        version: u64,
+        op: Op,
+        table: &str,
+    ) -> Result<(), Error> {
+        crate::failpoint::hit("kafka.before_enqueue");
+        match self.sink.format {
+            EventFormat::PerKey => {
+                let ev = InvalidationEvent {
+                    schema: binval_protocol::EVENT_SCHEMA_VERSION,
+                    key: key.to_string(),
+                    version,
+                    op,
+                    table: table.to_string(),
+                    position: position.clone(),
+                    commit_time_ms,
+                    publish_time_ms: crate::now_ms(),
+                };
+                let d = self.sink.enqueue(&ev).await?;
+                self.deliveries.push((ev.key, d));
+            }
+            EventFormat::Batched => {
+                let p = self.sink.partition_of(key);
+                let full = self
+                    .batches
+                    .get(&p)
+                    .is_some_and(|(b, _)| !b.is_empty() && b.encoded_len() + change_bytes(key) + txn_bytes(position) > BATCH_MAX_BYTES);
+                if full {
+                    self.enqueue_partition(p).await?;
+                }
+                let (b, first) = self.batches.entry(p).or_insert_with(|| (BatchBuilder::new(), key.to_string()));
+                b.push(position, commit_time_ms, op, version, table, key).map_err(|e| {
+                    Error::from(DefiniteError::KafkaRefused {
+                        key: key.to_string(),
+                        topic: self.sink.topic.clone(),
+                        message: e.to_string(),
+                    })
+                })?;
+                if first.is_empty() {
+                    *first = key.to_string();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueue partition `p`'s batch, if it holds a change.
+    async fn enqueue_partition(&mut self, p: i32) -> Result<(), Error> {
+        let Some((b, first)) = self.batches.get_mut(&p) else { return Ok(()) };
+        if b.is_empty() {
+            return Ok(());
+        }
+        let n = b.len();
+        let payload = b.finish(crate::now_ms());
+        let what = if n == 1 { first.clone() } else { format!("{first} (and {} more in the batch for partition {p})", n - 1) };
+        first.clear();
+        let d = self.sink.enqueue_batch(p, &payload, &what).await?;
+        self.deliveries.push((what, d));
+        Ok(())
+    }
+
+    /// Enqueue what is gathered (batched: one message per partition, in partition order) and
+    /// return every delivery, in enqueue order.
+    pub async fn finish(mut self) -> Result<Vec<(String, DeliveryFuture)>, Error> {
+        let parts: Vec<i32> = self.batches.keys().copied().collect();
+        for p in parts {
+            self.enqueue_partition(p).await?;
+        }
+        Ok(self.deliveries)
     }
 }
 

@@ -16,5 +16,6 @@ pub mod fence;
 pub mod group;
 pub mod kafka_sink;
 pub mod key_state;
+pub mod partitioner;
 pub mod progress;
 pub mod redis_sink;

@@ -21,7 +21,7 @@ use crate::front;
 use crate::hot::HotKey;
 use crate::loader::LoaderFn;
 use crate::redis_conn::RedisConn;
-use crate::single_flight::{Freshness, SingleFlight};
+use crate::single_flight::Freshness;
 use crate::state::{EvictionNotice, Shared};
 use crate::stats::Stats;
 use crate::ConsumerBuilder;
@@ -127,8 +127,6 @@ pub(crate) struct Inner {
     pub(crate) on_source_behind: OnSourceBehind,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) stop: Arc<AtomicBool>,
-    /// Single-flight: the fill in flight per key (see [`SingleFlight`]).
-    pub(crate) inflight: SingleFlight,
     pub(crate) done: Mutex<Option<oneshot::Receiver<()>>>,
     pub(crate) topic: String,
     pub(crate) group_id: String,

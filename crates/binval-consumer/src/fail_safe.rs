@@ -619,6 +619,7 @@ mod tests {
             hot: None,
             max_staleness: Some(bound),
             require_progress: false,
+            guard_every_key: false,
         })
     }
 

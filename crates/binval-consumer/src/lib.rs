@@ -338,6 +338,21 @@
 //! [`EvictionNotice`] per event. Readers are never blocked by it: the local cache and the
 //! guard are concurrent maps, and no lock is held across a batch.
 //!
+//! ## Batch messages
+//!
+//! binval with `kafka.event_format = "batched"` publishes one binary message per partition per
+//! apply group (header `binval.kind: batch`, [`binval_protocol::batch`]); the listener reads
+//! both formats, on one topic, in partition order (per-key events read before a batch are
+//! applied first). A batch is checked in one scan without allocating ([`decode_batch`]) and
+//! applied in one pass: each key is looked up by the `&str` borrowed from the payload, and a
+//! key this instance neither caches, nor is filling, nor has confirmed missing costs those
+//! lookups and nothing else (no guard entry: a fill that starts after the batch was taken
+//! reads Redis after the batch's writes). A cached key is applied like its per-key event. With
+//! [`ConsumerBuilder::read_from_replica_nodes`] every key raises the guard, as per key (a
+//! replica node may be behind). A malformed batch is counted in [`Stats::bad_messages`],
+//! logged with topic, partition and offset, and skipped. Cost per key:
+//! `cargo bench -p binval-consumer --bench apply_batch` (docs/benchmarks.md).
+//!
 //! ## Why no shared consumer group
 //!
 //! A Kafka consumer group splits partitions among its members: each event would reach one app
@@ -636,6 +651,8 @@
 //! Cross-instance single-flight; a stale fallback on Redis errors (only a rate-limit refusal
 //! falls back).
 
+#[doc(hidden)]
+pub mod bench_support;
 mod builder;
 mod consumer;
 mod error;
@@ -661,7 +678,7 @@ pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer, Flagged, OnSourceBehind, Stale};
 pub use error::ConsumerError;
 pub use hot::HotKey;
-pub use listener::{decode_message, decode_topic_message, BadMessage, TopicMessage};
+pub use listener::{decode_batch, decode_message, decode_topic_message, BadMessage, TopicMessage};
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};

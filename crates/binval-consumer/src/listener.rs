@@ -29,7 +29,7 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use binval_protocol::{InvalidationEvent, ProgressMessage, KIND_HEADER, KIND_PROGRESS};
+use binval_protocol::{BatchView, InvalidationEvent, ProgressMessage, KIND_BATCH, KIND_HEADER, KIND_PROGRESS};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message as _;
@@ -39,7 +39,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::ConsumerError;
 use crate::fail_safe::{self, FromChecker, Pending, Recorded};
-use crate::state::Shared;
+use crate::state::{BatchScratch, Shared};
 
 /// The longest wait of one `poll` for the first message of a batch. A message that arrives
 /// during the wait is returned at once; this only bounds how often an idle listener looks at
@@ -296,6 +296,8 @@ struct Listener<'a> {
     batch: Vec<InvalidationEvent>,
     /// Progress messages of the current batch, recorded after its events were applied.
     progress: Vec<ProgressMessage>,
+    /// Reused by every batch message ([`Shared::apply_batch_view`]).
+    scratch: BatchScratch,
 }
 
 impl<'a> Listener<'a> {
@@ -321,6 +323,7 @@ impl<'a> Listener<'a> {
             next_hot: Instant::now(),
             batch: Vec::with_capacity(MAX_BATCH),
             progress: Vec::new(),
+            scratch: BatchScratch::default(),
         }
     }
 
@@ -364,9 +367,30 @@ impl<'a> Listener<'a> {
                     }
                     *n = (*n).max(msg.offset() + 1);
                     let kind = kind_header(&msg);
+                    if kind == Some(KIND_BATCH.as_bytes()) {
+                        // A batch message (`binval.kind: batch`): the per-key events read before
+                        // it first (per-key order across formats), then its changes, straight
+                        // from the payload.
+                        if !self.batch.is_empty() {
+                            shared.apply_batch(&self.batch);
+                            self.batch.clear();
+                        }
+                        match decode_batch(msg.payload(), s.max_message_bytes) {
+                            Ok(b) => {
+                                shared.apply_batch_view(&b, &mut self.scratch, false);
+                            }
+                            Err(e) => {
+                                shared.counters.bad_message();
+                                warn!(topic = msg.topic(), partition = msg.partition(), offset = msg.offset(), error = %e, "skipping invalidation message");
+                            }
+                        }
+                        continue;
+                    }
                     match parse_message(shared, s.max_message_bytes, msg.topic(), msg.partition(), msg.offset(), kind, msg.payload()) {
                         Some(TopicMessage::Event(ev)) => self.batch.push(ev),
                         Some(TopicMessage::Progress(p)) => self.progress.push(p),
+                        // Not built from a message with this header (handled above).
+                        Some(TopicMessage::Batch(evs)) => self.batch.extend(evs),
                         None => {}
                     }
                 }
@@ -576,6 +600,11 @@ pub enum BadMessage {
         /// Where it was read.
         found_on: i32,
     },
+    /// A message marked as a batch (header `binval.kind: batch`) whose payload is not one
+    /// (truncated, a newer format, bad UTF-8, an unknown op...; the error names the field and
+    /// byte offset).
+    #[error("message marked as batch is not an invalidation batch: {0}")]
+    NotABatch(#[from] binval_protocol::BatchDecodeError),
     /// A `binval.kind` header this version does not know (a newer binval's message kind).
     #[error("message of unknown kind `{kind}` (header binval.kind)")]
     UnknownKind {
@@ -591,6 +620,21 @@ pub enum TopicMessage {
     Event(InvalidationEvent),
     /// binval's progress message (header `binval.kind: progress`).
     Progress(ProgressMessage),
+    /// A batch of key changes (header `binval.kind: batch`,
+    /// [`binval_protocol::batch`]), as the per-key events it stands for, in order. The listener
+    /// itself never builds these: it applies a batch from the payload ([`decode_batch`]).
+    Batch(Vec<InvalidationEvent>),
+}
+
+/// Check one batch message payload (header `binval.kind: batch`) and borrow it as a
+/// [`BatchView`], without allocating: no payload, one longer than `max_bytes`, or a payload
+/// that is not a batch ([`BadMessage::NotABatch`]) is an error.
+pub fn decode_batch(payload: Option<&[u8]>, max_bytes: usize) -> Result<BatchView<'_>, BadMessage> {
+    let payload = payload.ok_or(BadMessage::NoPayload)?;
+    if payload.len() > max_bytes {
+        return Err(BadMessage::TooLarge { len: payload.len(), max: max_bytes });
+    }
+    Ok(BatchView::parse(payload)?)
 }
 
 /// Decode one topic message payload into an event, or say why it is not one (a message
@@ -605,7 +649,9 @@ pub fn decode_message(payload: Option<&[u8]>, max_bytes: usize) -> Result<Invali
 
 /// Decode one topic message given its `binval.kind` header value (`None` when it has none):
 /// no header, an invalidation event ([`decode_message`]); `progress`, a
-/// [`ProgressMessage`]; any other kind is [`BadMessage::UnknownKind`]. The whole of the
+/// [`ProgressMessage`]; `batch`, the events of a [`BatchView`] (owned: for tools and tests;
+/// the listener borrows the payload instead, [`decode_batch`]); any other kind is
+/// [`BadMessage::UnknownKind`]. The whole of the
 /// listener's message parsing (fuzzed by the `invalidation_message` target); the size bound
 /// applies to both kinds.
 pub fn decode_topic_message(kind: Option<&[u8]>, payload: Option<&[u8]>, max_bytes: usize) -> Result<TopicMessage, BadMessage> {
@@ -618,6 +664,7 @@ pub fn decode_topic_message(kind: Option<&[u8]>, payload: Option<&[u8]>, max_byt
             }
             Ok(TopicMessage::Progress(ProgressMessage::from_json(payload)?))
         }
+        Some(k) if k == KIND_BATCH.as_bytes() => Ok(TopicMessage::Batch(decode_batch(payload, max_bytes)?.to_events())),
         Some(k) => Err(BadMessage::UnknownKind { kind: String::from_utf8_lossy(k).chars().take(64).collect() }),
     }
 }

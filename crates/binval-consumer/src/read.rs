@@ -281,7 +281,7 @@ impl Consumer {
             None => {
                 // Asked two masters, or every master there is (standalone), or every replica.
                 if !confirmed && (masters.len() >= 2 || at.placement.masters() <= 1 || reads >= self.replicas_for(key) as usize) {
-                    inner.shared.confirmed_missing.insert(key.to_string(), ());
+                    inner.shared.mark_confirmed_missing(key);
                 }
                 Ok(Found::Missing { position })
             }

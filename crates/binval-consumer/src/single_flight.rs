@@ -54,11 +54,25 @@ pub(crate) type InflightFill = SharedFuture<BoxFuture<'static, FillOutcome>>;
 /// Redis timeouts bound, so the map holds at most one entry per key being filled right now.
 #[derive(Default)]
 pub(crate) struct SingleFlight {
-    fills: Mutex<HashMap<String, (u64, InflightFill)>>,
+    fills: Mutex<HashMap<String, (u64, InflightFill), crate::state::LocalHasher>>,
     next_id: AtomicU64,
 }
 
 impl SingleFlight {
+    /// For each key of `keys`, whether a fill of it is registered right now (set in `out`,
+    /// index for index), all under one lock: a fill that registers after this returns reads
+    /// Redis after it (what the batched listener relies on, `Shared::apply_batch_view`).
+    /// Returns `false`, and touches `out` not at all, when no fill is registered.
+    pub(crate) fn registered<'k>(&self, keys: impl Iterator<Item = &'k str>, out: &mut Vec<bool>) -> bool {
+        let map = self.fills.lock().unwrap_or_else(|p| p.into_inner());
+        if map.is_empty() {
+            return false;
+        }
+        out.clear();
+        out.extend(keys.map(|k| map.contains_key(k)));
+        true
+    }
+
     /// Remove `key`'s entry if it is still the fill `id`.
     fn finished(&self, key: &str, id: u64) {
         let mut map = self.fills.lock().unwrap_or_else(|p| p.into_inner());
@@ -77,7 +91,7 @@ struct InflightGuard {
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        self.consumer.inner.inflight.finished(&self.key, self.id);
+        self.consumer.inner.shared.inflight.finished(&self.key, self.id);
     }
 }
 
@@ -85,7 +99,7 @@ impl Consumer {
     /// The fill of `key` in flight, or a new one (spawned as a task at its first poll) that is
     /// registered for others to join. The flag is `true` when an existing fill was joined.
     fn flight(&self, key: &str, cache: bool) -> (InflightFill, bool) {
-        let flights = &self.inner.inflight;
+        let flights = &self.inner.shared.inflight;
         let mut map = flights.fills.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, f)) = map.get(key) {
             return (f.clone(), true);

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqC
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use binval_protocol::batch::BatchView;
 use binval_protocol::{should_evict, InvalidationEvent, Version};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::notification::RemovalCause;
@@ -18,6 +19,7 @@ use tokio::sync::broadcast;
 
 use crate::fail_safe::FailSafe;
 use crate::hot::{HotKeys, HotSettings};
+use crate::single_flight::SingleFlight;
 use crate::stats::Counters;
 
 /// One local cache entry: the payload text (`None`: "no row", a cached tombstone or missing
@@ -218,7 +220,13 @@ pub(crate) struct Shared {
     /// Keys that every replica read of a fill found missing (at least two masters asked),
     /// kept as long as the fill-race guard: their next fill reads one replica (see
     /// [`crate::ConsumerBuilder::max_replica_reads`]). An event of the key removes it.
-    pub confirmed_missing: Cache<String, ()>,
+    pub confirmed_missing: Cache<String, (), LocalHasher>,
+    /// When a key was last marked confirmed missing ([`Shared::mark_confirmed_missing`]), ns
+    /// since `created`; `u64::MAX`: never. Entries live `guard_ttl`, so once that has passed
+    /// since the last mark the map is empty, and the batched listener skips its lookups.
+    confirmed_missing_at: AtomicU64,
+    /// When this state was created (the base of `confirmed_missing_at`).
+    created: Instant,
     pub counters: Arc<Counters>,
     /// Read counter for hot-key detection (`None` when detection is off).
     pub hot: Option<HotKeys>,
@@ -230,6 +238,14 @@ pub(crate) struct Shared {
     pub notices: broadcast::Sender<EvictionNotice>,
     /// The lag of the stream and the decision to serve locally (`fail_safe.rs`).
     pub fail_safe: FailSafe,
+    /// Single-flight: the fill in flight per key (`single_flight.rs`). Here, not in the
+    /// consumer, because the batched listener asks it which keys are being filled
+    /// ([`Shared::apply_batch_view`]).
+    pub inflight: SingleFlight,
+    /// Raise the fill-race guard for every key of a batch, cached or not
+    /// ([`crate::ConsumerBuilder::read_from_replica_nodes`]: a fill that starts after the event
+    /// may still read a replica node that has not received the change).
+    guard_every_key: bool,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -250,6 +266,8 @@ pub(crate) struct SharedSettings {
     pub max_staleness: Option<Duration>,
     /// The source lag counts from the start ([`crate::ConsumerBuilder::require_progress`]).
     pub require_progress: bool,
+    /// See [`Shared::apply_batch_view`]: on with reads from replica nodes.
+    pub guard_every_key: bool,
 }
 
 impl Shared {
@@ -297,13 +315,20 @@ impl Shared {
             guard: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
             prefix_guard: std::sync::RwLock::new(Vec::new()),
             guard_ttl: s.guard_ttl,
-            confirmed_missing: Cache::builder().max_capacity(s.guard_entries).time_to_live(s.guard_ttl).build(),
+            confirmed_missing: Cache::builder()
+                .max_capacity(s.guard_entries)
+                .time_to_live(s.guard_ttl)
+                .build_with_hasher(LocalHasher::default()),
+            confirmed_missing_at: AtomicU64::new(u64::MAX),
+            created: Instant::now(),
             counters,
             hot: s.hot.map(HotKeys::new),
             serving_local: AtomicBool::new(true),
             epoch: AtomicU64::new(0),
             notices,
             fail_safe: FailSafe::with_progress(s.max_staleness, s.require_progress),
+            inflight: SingleFlight::default(),
+            guard_every_key: s.guard_every_key,
         }
     }
 
@@ -539,6 +564,138 @@ impl Shared {
     }
 }
 
+/// Scratch space of [`Shared::apply_batch_view`], kept by the listener between messages so
+/// applying a batch allocates nothing in the steady state.
+#[derive(Default)]
+pub(crate) struct BatchScratch {
+    /// Per change: a fill of its key was registered when the batch was taken.
+    filling: Vec<bool>,
+}
+
+impl Shared {
+    /// Apply one batch message ([`binval_protocol::batch`]) in one pass over its changes, in
+    /// order. Per change (not `truncate`), the key is looked up by `&str` borrowed from the
+    /// payload, without allocating, and only a key that this instance may hold or be about to
+    /// hold is applied as [`Shared::apply_batch`] applies a per-key event (fill-race guard
+    /// raised, confirmed-missing mark dropped, entry evicted by the evict rule, a stale copy
+    /// kept): a key cached, a key whose fill is in flight, or a key confirmed missing. Any
+    /// other key costs a few hash lookups and nothing else. A `truncate` change is applied
+    /// like a `truncate` event. Returns the notices (only built when someone subscribed, or
+    /// when `want_notices`).
+    ///
+    /// Why skipping the guard of a key nobody caches or fills is exact: the fills in flight
+    /// are read first, under the single-flight lock, at a time `T` after the message arrived,
+    /// so after every Redis write of its changes (binval enqueues a group's messages only after
+    /// its writes, I1). A fill registered at `T` gets the full treatment; one that registers
+    /// later reads Redis after `T`, so it reads this change or a newer one and caches a
+    /// version the guard would not have refused; one that ended before `T` left its entry in
+    /// the cache, where the lookup after `T` finds (and evicts) it. What the guard
+    /// additionally covered for such keys is a fill reading a copy that lacks an already
+    /// acknowledged write: a replica node behind its master (so with
+    /// [`crate::ConsumerBuilder::read_from_replica_nodes`] every key is guarded, as in the
+    /// per-key path) or a master that lost acknowledged writes in a failover; the entry TTL
+    /// bounds those.
+    pub(crate) fn apply_batch_view(&self, b: &BatchView<'_>, scratch: &mut BatchScratch, want_notices: bool) -> Vec<EvictionNotice> {
+        let filling = self.inflight.registered(b.changes().map(|c| c.key), &mut scratch.filling);
+        let any_missing = self.may_hold_confirmed_missing();
+        let applied_at_ms = now_ms();
+        let subscribed = want_notices || self.notices.receiver_count() > 0;
+        let mut notices = Vec::new();
+        let (mut evictions, mut n) = (0u64, 0u64);
+        // Lag, recorded once per transaction for all of its changes: (commit time, changes).
+        let mut lag_of: Option<(u64, usize)> = None;
+        for (i, c) in b.changes().enumerate() {
+            n += 1;
+            match &mut lag_of {
+                Some((t, k)) if *t == c.txn.commit_time_ms => *k += 1,
+                _ => {
+                    if let Some((t, k)) = lag_of {
+                        self.counters.lag_many(applied_at_ms, t, b.publish_time_ms, k);
+                    }
+                    lag_of = Some((c.txn.commit_time_ms, 1));
+                }
+            }
+            let evicted = if c.op == binval_protocol::Op::Truncate {
+                let e = self.apply_truncate(c.key, c.version);
+                evictions += e;
+                e > 0
+            } else {
+                let in_flight = filling && scratch.filling.get(i).copied().unwrap_or(true);
+                let interesting = self.guard_every_key
+                    || in_flight
+                    || self.local.contains_key(c.key)
+                    || (any_missing && self.confirmed_missing.contains_key(c.key));
+                let evicted = interesting && self.apply_key(c.key, c.version);
+                evictions += evicted as u64;
+                evicted
+            };
+            if subscribed {
+                let notice = EvictionNotice {
+                    key: c.key.to_string(),
+                    version: c.version,
+                    evicted,
+                    commit_time_ms: c.txn.commit_time_ms,
+                    publish_time_ms: b.publish_time_ms,
+                    received_at_ms: applied_at_ms,
+                };
+                if self.notices.receiver_count() > 0 {
+                    let _ = self.notices.send(notice.clone());
+                }
+                notices.push(notice);
+            }
+        }
+        if let Some((t, k)) = lag_of {
+            self.counters.lag_many(applied_at_ms, t, b.publish_time_ms, k);
+        }
+        // As after every per-key batch: a thread's front may remember an entry of one of these
+        // keys that already left moka (by size).
+        self.bump_front();
+        self.counters.events(n, evictions);
+        notices
+    }
+
+    /// Mark `key` confirmed missing (every replica a fill read was missing, see `read.rs`).
+    pub(crate) fn mark_confirmed_missing(&self, key: &str) {
+        // Before the insert: the entry expires `guard_ttl` after the insert, so never before
+        // `guard_ttl` after this time.
+        let at = self.created.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64;
+        self.confirmed_missing_at.store(at, SeqCst);
+        self.confirmed_missing.insert(key.to_string(), ());
+    }
+
+    /// `false` only when no key can be marked confirmed missing now: none was ever, or the
+    /// last mark is more than `guard_ttl` (and a second of margin) old.
+    fn may_hold_confirmed_missing(&self) -> bool {
+        let at = self.confirmed_missing_at.load(SeqCst);
+        if at == u64::MAX {
+            return false;
+        }
+        let age = self.created.elapsed().saturating_sub(Duration::from_nanos(at));
+        age <= self.guard_ttl + Duration::from_secs(1)
+    }
+
+    /// One key's change at version `v`, as [`Shared::apply_batch`] applies it: raise the
+    /// fill-race guard, drop the confirmed-missing mark, evict by the evict rule (keeping a
+    /// stale copy). Returns whether an entry was evicted.
+    fn apply_key(&self, key: &str, v: Version) -> bool {
+        self.guard.entry_by_ref(key).and_compute_with(|cur| match cur {
+            Some(e) if *e.value() >= v => Op::Nop,
+            _ => Op::Put(v),
+        });
+        self.confirmed_missing.invalidate(key);
+        if let CompResult::Removed(e) = self.local.entry_by_ref(key).and_compute_with(|cur| match cur {
+            Some(e) if should_evict(e.value().version, v) => Op::Remove,
+            _ => Op::Nop,
+        }) {
+            if let (Some(stale), Some(value)) = (&self.stale, e.into_value().value) {
+                stale.insert(key.to_string(), value);
+            }
+            return true;
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,6 +719,7 @@ mod tests {
             hot: None,
             max_staleness: None,
             require_progress: false,
+            guard_every_key: false,
         })
     }
 
@@ -673,6 +831,86 @@ mod tests {
         let v: Arc<str> = Arc::from("back");
         assert!(s.try_cache("gone", Some(&v), 1, s.epoch(), None));
         assert!(s.apply_batch(&[ev("tomb", 8)])[0].evicted);
+    }
+
+    fn batch(changes: &[(&str, Version, EvOp)]) -> Vec<u8> {
+        let mut b = binval_protocol::BatchBuilder::new();
+        let pos = SourcePosition { file: "f.000001".into(), pos: 4, gtid: None };
+        for (k, v, op) in changes {
+            b.push(&pos, 1000, *op, *v, "a.b", k).unwrap();
+        }
+        b.finish(1010)
+    }
+
+    /// A batch applies each change by the per-key rules: a cached older entry is evicted and
+    /// its older fills refused afterwards, a newer entry stays, an uncached key leaves nothing
+    /// behind (no guard entry: nobody held or filled it), a truncate evicts by prefix; one
+    /// notice per change.
+    #[test]
+    fn a_batch_applies_like_its_per_key_events() {
+        let s = shared();
+        let v: Arc<str> = Arc::from("x");
+        assert!(s.try_cache("p:1", Some(&v), 5, s.epoch(), None));
+        assert!(s.try_cache("p:2", Some(&v), 20, s.epoch(), None));
+        assert!(s.try_cache("q:1", Some(&v), 5, s.epoch(), None));
+        let bytes =
+            batch(&[("p:1", 10, EvOp::Update), ("p:2", 10, EvOp::Update), ("p:3", 10, EvOp::Delete), ("q:{id}", 11, EvOp::Truncate)]);
+        let b = binval_protocol::BatchView::parse(&bytes).unwrap();
+        let notices = s.apply_batch_view(&b, &mut BatchScratch::default(), true);
+        let evicted: Vec<(&str, bool)> = notices.iter().map(|n| (n.key.as_str(), n.evicted)).collect();
+        assert_eq!(evicted, [("p:1", true), ("p:2", false), ("p:3", false), ("q:{id}", true)]);
+        assert_eq!((notices[0].commit_time_ms, notices[0].publish_time_ms), (1000, 1010));
+        assert!(s.local.get("p:1").is_none());
+        assert!(s.local.get("p:2").is_some(), "newer than the change");
+        assert!(s.local.get("q:1").is_none(), "truncated");
+        assert!(!s.try_cache("p:1", Some(&v), 9, s.epoch(), None), "an older fill of an evicted key is refused");
+        assert!(s.guard.get("p:3").is_none(), "an uncached key costs no guard entry");
+        assert!(s.try_cache("p:3", Some(&v), 10, s.epoch(), None));
+        assert_eq!(s.counters.snapshot().events, 4);
+    }
+
+    /// With reads from replica nodes every key of a batch raises the guard, as per key.
+    #[test]
+    fn guard_every_key_guards_uncached_keys() {
+        let mut s = shared();
+        s.guard_every_key = true;
+        let bytes = batch(&[("p:3", 10, EvOp::Update)]);
+        s.apply_batch_view(&binval_protocol::BatchView::parse(&bytes).unwrap(), &mut BatchScratch::default(), false);
+        assert_eq!(s.guard.get("p:3"), Some(10));
+    }
+
+    proptest::proptest! {
+        /// Random bytes, and valid batches cut short or with bytes changed, never panic the
+        /// listener's batch path: a bad one is an error, a good one applies.
+        #[test]
+        fn batch_bytes_never_panic(
+            raw in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            keys in proptest::collection::vec("[a-z:{}0-9]{0,12}", 1..20),
+            cut in 0usize..2000,
+            flips in proptest::collection::vec((0usize..2000, proptest::num::u8::ANY), 0..4),
+        ) {
+            let s = shared();
+            let mut scratch = BatchScratch::default();
+            let changes: Vec<(&str, Version, EvOp)> = keys.iter().enumerate().map(|(i, k)| (k.as_str(), i as u64, [EvOp::Insert, EvOp::Update, EvOp::Delete, EvOp::Truncate][i % 4])).collect();
+            let good = batch(&changes);
+            let mut bent = good.clone();
+            for (at, x) in &flips {
+                let n = bent.len();
+                bent[at % n] = *x;
+            }
+            let cut = cut % (good.len() + 1);
+            for bytes in [&raw[..], &good[..cut], &bent[..], &good[..]] {
+                match crate::listener::decode_batch(Some(bytes), crate::listener::DEFAULT_MAX_MESSAGE_BYTES) {
+                    Ok(b) => {
+                        let n = s.apply_batch_view(&b, &mut scratch, true);
+                        proptest::prop_assert_eq!(n.len(), b.change_count);
+                    }
+                    Err(e) => { let _ = e.to_string(); }
+                }
+            }
+            let b = binval_protocol::BatchView::parse(&good).unwrap();
+            proptest::prop_assert_eq!(b.change_count, keys.len());
+        }
     }
 
     #[test]

@@ -267,6 +267,14 @@ impl Counters {
             .record(applied_ms.saturating_sub(publish_ms) as f64);
     }
 
+    /// [`Counters::lag`] for `count` changes with the same commit and publish times.
+    pub(crate) fn lag_many(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64, count: usize) {
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit")
+            .record_many(applied_ms.saturating_sub(commit_ms) as f64, count);
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
+            .record_many(applied_ms.saturating_sub(publish_ms) as f64, count);
+    }
+
     /// The fail safe's lag: time since the newest watermark observation the listener reached.
     pub(crate) fn stream_lag(&self, lag: std::time::Duration) {
         metrics::gauge!("binval_consumer_stream_lag_ms").set(lag.as_secs_f64() * 1e3);

@@ -206,6 +206,42 @@ async fn bad_message_is_skipped_and_counted() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// 5a. Batch messages (header `binval.kind: batch`): a malformed one (cut short, garbage, a
+/// newer format) is counted as bad and skipped, and the good batch after it on the same
+/// partition applies: its cached key is evicted, its uncached key costs nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_batch_is_skipped_and_counted() -> anyhow::Result<()> {
+    let mut sc = Scene::new("item", 56, 3).await?;
+    let key = sc.key.clone();
+    sc.write(1, "one", 1).await?;
+    let c = sc.consumer(1).build().await?;
+    assert_eq!(c.get(&key).await?.as_deref(), Some("one"));
+    let mut rx = c.subscribe_evictions();
+    let batch = |version: u64| {
+        let mut b = binval_protocol::BatchBuilder::new();
+        let pos = binval_protocol::SourcePosition { file: "mysql-bin.000001".into(), pos: 4, gtid: None };
+        b.push(&pos, 0, binval_protocol::Op::Update, version, "shop.items", "not:cached:anywhere").unwrap();
+        b.push(&pos, 0, binval_protocol::Op::Update, version, "shop.items", &key).unwrap();
+        b.finish(0)
+    };
+    let good = batch(2);
+    let mut newer = good.clone();
+    newer[0] = 9;
+    publish_kind(sc.producer()?, &sc.topic, 0, "batch", &good[..good.len() - 3]).await?;
+    publish_kind(sc.producer()?, &sc.topic, 0, "batch", b"garbage").await?;
+    publish_kind(sc.producer()?, &sc.topic, 0, "batch", &newer).await?;
+    sc.write(1, "two", 2).await?;
+    publish_kind(sc.producer()?, &sc.topic, 0, "batch", &good).await?;
+    let n = wait_notice(&mut rx, &key, 2, WAIT).await?;
+    assert!(n.evicted);
+    let s = c.stats();
+    assert_eq!((s.bad_messages, s.events, s.evictions), (3, 2, 1), "{s:?}");
+    assert_eq!(c.get(&key).await?.as_deref(), Some("two"));
+    assert!(c.is_serving_local());
+    c.shutdown().await;
+    Ok(())
+}
+
 /// 5b. A message longer than `max_message_bytes` (here a well-formed event, padded) is not
 /// parsed: counted as bad and skipped, and the events after it still apply.
 #[tokio::test(flavor = "multi_thread")]

@@ -6,6 +6,9 @@
 //!   that makes replicas land on different masters.
 //! * [`event`]: the invalidation event published to Kafka, one per changed key, as JSON
 //!   (schema in `schemas/invalidation-event.schema.json`).
+//! * [`batch`]: the batched event format (`kafka.event_format = "batched"`): one message per
+//!   partition per apply group, a compact binary layout read without allocating (layout in
+//!   `schemas/invalidation-batch.md`), with the Kafka header `binval.kind: batch`.
 //! * [`progress`]: the progress message binval sends to every partition of the same topic, so
 //!   a reader can tell a quiet source from a stalled writer (schema in
 //!   `schemas/progress-message.schema.json`).
@@ -23,6 +26,7 @@
 //! and why a read takes one replica with the position it was written at (no read touches the
 //! version token).
 
+pub mod batch;
 pub mod event;
 pub mod fence;
 pub mod keys;
@@ -31,6 +35,7 @@ pub mod position;
 pub mod progress;
 pub mod version;
 
+pub use batch::{BatchBuilder, BatchDecodeError, BatchEncodeError, BatchView, BATCH_FORMAT_VERSION, KIND_BATCH};
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
 pub use fence::{parse_version, FencePosition, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};

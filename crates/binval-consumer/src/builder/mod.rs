@@ -28,7 +28,6 @@ use crate::hot::HotSettings;
 use crate::listener::{self, ListenerSettings};
 use crate::loader::LoaderFn;
 use crate::redis_conn::{RedisConn, RedisTarget};
-use crate::single_flight::SingleFlight;
 use crate::state::{Bounds, JitteredTtl, LimitSettings, Shared, SharedSettings};
 use crate::{CacheMode, Consumer};
 
@@ -249,7 +248,6 @@ impl ConsumerBuilder {
                 on_source_behind: self.on_source_behind,
                 shutdown_timeout: self.shutdown_timeout,
                 stop,
-                inflight: SingleFlight::default(),
                 done: Mutex::new(Some(done)),
                 topic,
                 group_id,
@@ -302,6 +300,7 @@ impl ConsumerBuilder {
             }),
             max_staleness: self.max_staleness,
             require_progress: self.require_progress,
+            guard_every_key: self.read_from_replica_nodes,
         }
     }
 }
