@@ -3,10 +3,9 @@
 //! docs, may change any time.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::listener::{decode_batch, decode_message};
-use crate::state::{BatchScratch, Bounds, JitteredTtl, LimitSettings, Shared, SharedSettings};
+use crate::state::{BatchScratch, Shared, SharedSettings};
 
 /// A local cache with the builder's defaults (TTL 60 s without jitter, no miss rate limit,
 /// no hot-key detection) and the listener's apply step.
@@ -18,25 +17,7 @@ pub struct ApplyBench {
 impl ApplyBench {
     /// A cache bounded at `max_entries`.
     pub fn new(max_entries: u64) -> Self {
-        let shared = Shared::new(SharedSettings {
-            bounds: Bounds { max_entries, max_bytes: None },
-            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
-            refresh_ahead: None,
-            guard_entries: 100_000,
-            guard_ttl: Duration::from_secs(30),
-            notice_capacity: 16,
-            limits: LimitSettings {
-                per_instance: None,
-                per_key: None,
-                stale_ttl: Duration::from_secs(1),
-                stale_entries: 1,
-                key_limiter_entries: 1,
-            },
-            hot: None,
-            max_staleness: None,
-            require_progress: false,
-            guard_every_key: false,
-        });
+        let shared = Shared::new(SharedSettings::plain(max_entries, 100_000, 16));
         ApplyBench { shared, scratch: Default::default() }
     }
 

@@ -601,26 +601,8 @@ mod tests {
     }
 
     fn shared(bound: Duration) -> Shared {
-        use crate::state::{Bounds, JitteredTtl, LimitSettings, SharedSettings};
-        Shared::new(SharedSettings {
-            bounds: Bounds { max_entries: 10, max_bytes: None },
-            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
-            refresh_ahead: None,
-            guard_entries: 10,
-            guard_ttl: Duration::from_secs(30),
-            notice_capacity: 1,
-            limits: LimitSettings {
-                per_instance: None,
-                per_key: None,
-                stale_ttl: Duration::from_secs(1),
-                stale_entries: 1,
-                key_limiter_entries: 1,
-            },
-            hot: None,
-            max_staleness: Some(bound),
-            require_progress: false,
-            guard_every_key: false,
-        })
+        use crate::state::SharedSettings;
+        Shared::new(SharedSettings { max_staleness: Some(bound), ..SharedSettings::plain(10, 10, 1) })
     }
 
     /// The bound's transitions: stop past the bound (counted once), stay stopped until the lag

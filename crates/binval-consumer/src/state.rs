@@ -270,6 +270,34 @@ pub(crate) struct SharedSettings {
     pub guard_every_key: bool,
 }
 
+impl SharedSettings {
+    /// A cache of `max_entries` with a 60 s TTL (no jitter), a fill-race guard of
+    /// `guard_entries` for 30 s, `notice_capacity` notices, no miss rate limit, no hot-key
+    /// detection and no staleness bound: what the unit tests and the `apply_batch` bench
+    /// start from (`SharedSettings { field: .., ..SharedSettings::plain(..) }`).
+    pub(crate) fn plain(max_entries: u64, guard_entries: u64, notice_capacity: usize) -> Self {
+        SharedSettings {
+            bounds: Bounds { max_entries, max_bytes: None },
+            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
+            refresh_ahead: None,
+            guard_entries,
+            guard_ttl: Duration::from_secs(30),
+            notice_capacity,
+            limits: LimitSettings {
+                per_instance: None,
+                per_key: None,
+                stale_ttl: Duration::from_secs(1),
+                stale_entries: 1,
+                key_limiter_entries: 1,
+            },
+            hot: None,
+            max_staleness: None,
+            require_progress: false,
+            guard_every_key: false,
+        }
+    }
+}
+
 impl Shared {
     pub(crate) fn new(s: SharedSettings) -> Self {
         let (notices, _) = broadcast::channel(s.notice_capacity.max(1));
@@ -702,25 +730,7 @@ mod tests {
     use binval_protocol::{Op as EvOp, SourcePosition};
 
     fn shared() -> Shared {
-        Shared::new(SharedSettings {
-            bounds: Bounds { max_entries: 100, max_bytes: None },
-            ttl: JitteredTtl { ttl: Duration::from_secs(60), jitter: 0.0 },
-            refresh_ahead: None,
-            guard_entries: 100,
-            guard_ttl: Duration::from_secs(30),
-            notice_capacity: 16,
-            limits: LimitSettings {
-                per_instance: None,
-                per_key: None,
-                stale_ttl: Duration::from_secs(1),
-                stale_entries: 1,
-                key_limiter_entries: 1,
-            },
-            hot: None,
-            max_staleness: None,
-            require_progress: false,
-            guard_every_key: false,
-        })
+        Shared::new(SharedSettings::plain(100, 100, 16))
     }
 
     fn ev(key: &str, version: Version) -> InvalidationEvent {
