@@ -13,9 +13,8 @@ use binval::write::partitioner::Partitioner;
 use binval_consumer::{Consumer, EvictionNotice};
 use binval_protocol::{BatchView, InvalidationEvent, KIND_BATCH, KIND_HEADER};
 use pipeline_env::*;
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::message::Headers;
-use rdkafka::{ClientConfig, Message, TopicPartitionList};
+use rdkafka::Message;
 use tokio::sync::broadcast;
 
 const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))";
@@ -70,18 +69,7 @@ async fn notice_of(
 /// Every message of `topic` (3 partitions) from the beginning until `want` key changes were
 /// read (or 20 s passed): per message its partition, whether it was a batch, and its changes.
 fn topic_changes(topic: &str, want: usize) -> Vec<(i32, bool, Vec<InvalidationEvent>)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", tk::broker().bootstrap())
-        .set("group.id", tk::unique_name("batched-reader"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = reader_from_start(&tk::broker().bootstrap(), topic, 3);
     let (mut out, mut n) = (Vec::new(), 0);
     let until = Instant::now() + Duration::from_secs(20);
     while n < want && Instant::now() < until {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use binval_protocol::{InvalidationEvent, ProgressMessage, SourcePosition};
 use pipeline_env::*;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Message, TopicPartitionList};
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::Message;
 
 /// One message of the topic as read: partition, offset, when it was read, and what it is.
 #[derive(Debug, Clone)]
@@ -33,19 +33,7 @@ impl Reader {
     }
 
     fn on(bootstrap: &str, topic: &str) -> Reader {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap)
-            .set("group.id", tk::unique_name("progress"))
-            .set("enable.auto.commit", "false")
-            .set("fetch.wait.max.ms", "5")
-            .create()
-            .unwrap();
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..3 {
-            tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
-        }
-        c.assign(&tpl).unwrap();
-        Reader(c)
+        Reader(reader_from_start(bootstrap, topic, 3))
     }
 
     /// Everything read for `secs` seconds.

@@ -271,6 +271,25 @@ impl Running {
     }
 }
 
+/// A consumer of `partitions` partitions (0..partitions) of `topic` on `bootstrap`, each
+/// assigned at its beginning (a group id of its own, no commits, fetches held at most 5 ms):
+/// what the tests read the topic back with.
+pub fn reader_from_start(bootstrap: &str, topic: &str, partitions: i32) -> BaseConsumer {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", tk::unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    c
+}
+
 /// Read `topic` (3 partitions) on `bootstrap` from the beginning until every wanted
 /// (key, version) was seen or 30 s passed; returns what was seen.
 pub fn events_until(
@@ -278,18 +297,7 @@ pub fn events_until(
     topic: &str,
     want: &std::collections::HashSet<(String, u64)>,
 ) -> std::collections::HashSet<(String, u64)> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", tk::unique_name("check"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..3 {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = reader_from_start(bootstrap, topic, 3);
     let mut got = std::collections::HashSet::new();
     let until = Instant::now() + Duration::from_secs(30);
     while !want.is_subset(&got) && Instant::now() < until {
@@ -340,20 +348,10 @@ pub fn events_cover(bootstrap: &str, topic: &str, changes: &[(String, u64)]) -> 
 
 /// Read every event of `topic` from the beginning until `want` events arrived or 20 s passed.
 pub fn read_events(topic: &str, want: usize) -> Vec<InvalidationEvent> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", tk::broker().bootstrap())
-        .set("group.id", tk::unique_name("reader"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()
-        .unwrap();
+    let bootstrap = tk::broker().bootstrap();
+    let c = reader_from_start(&bootstrap, topic, 0);
     let md = c.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
-    let parts = md.topics()[0].partitions().len() as i32;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..parts {
-        tpl.add_partition_offset(topic, p, rdkafka::Offset::Beginning).unwrap();
-    }
-    c.assign(&tpl).unwrap();
+    let c = reader_from_start(&bootstrap, topic, md.topics()[0].partitions().len() as i32);
     let mut out = Vec::new();
     let until = Instant::now() + Duration::from_secs(20);
     while out.len() < want && Instant::now() < until {
