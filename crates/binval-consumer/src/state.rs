@@ -666,9 +666,6 @@ impl Shared {
                     publish_time_ms: b.publish_time_ms,
                     received_at_ms: applied_at_ms,
                 };
-                if self.notices.receiver_count() > 0 {
-                    let _ = self.notices.send(notice.clone());
-                }
                 notices.push(notice);
             }
         }
@@ -679,6 +676,13 @@ impl Shared {
         // keys that already left moka (by size).
         self.bump_front();
         self.counters.events(n, evictions);
+        // Last, as on the per-key path: whoever sees a notice finds the front forgotten and
+        // the batch counted.
+        if self.notices.receiver_count() > 0 {
+            for notice in &notices {
+                let _ = self.notices.send(notice.clone());
+            }
+        }
         notices
     }
 
