@@ -91,14 +91,14 @@ impl Fleet {
         r
     }
 
-    /// Wait until the instances' messages stop growing for 500 ms (at most `limit`); how long
-    /// it took (the listeners draining what binval already published).
+    /// Wait until the instances' applied events stop growing for 500 ms (at most `limit`); how
+    /// long it took (the listeners draining what binval already published).
     pub async fn drained(&self, limit: Duration) -> Duration {
         let t0 = Instant::now();
-        let (mut last, mut since) = (self.received().messages, Instant::now());
+        let (mut last, mut since) = (self.received().events, Instant::now());
         while t0.elapsed() < limit {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let now = self.received().messages;
+            let now = self.received().events;
             if now != last {
                 (last, since) = (now, Instant::now());
             } else if since.elapsed() >= Duration::from_millis(500) {
@@ -154,6 +154,8 @@ pub struct Evictions {
     pub missing: usize,
     /// Instances probed.
     pub instances: usize,
+    /// Probe rows updated (key changes of their own).
+    pub updates: u64,
 }
 
 impl Probe {
@@ -184,6 +186,7 @@ async fn probe_loop(url: String, keys: Vec<(u32, String)>, instances: Vec<Consum
             continue;
         }
         let committed = Instant::now();
+        ev.updates += 1;
         let mut pending: Vec<usize> = (0..instances.len()).filter(|&i| held[i].is_some()).collect();
         while !pending.is_empty() && committed.elapsed() < Duration::from_secs(5) {
             pending.retain(|&i| {

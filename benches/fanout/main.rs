@@ -34,7 +34,8 @@
 //! same window, divided by instances. Messages and bytes fetched per instance come from the
 //! consumer's `Stats::messages` / `Stats::message_bytes` (payload bytes after
 //! decompression). The window runs from the writer's start until every instance stopped
-//! receiving for 500 ms after binval acknowledged all the writer's changes.
+//! applying events for 500 ms after binval acknowledged all the writer's changes (progress
+//! messages go on, events do not).
 
 #[path = "../load/binval.rs"]
 #[allow(dead_code)]
@@ -69,7 +70,7 @@ struct Cell {
     format: String,
     instances: usize,
     per_commit: u32,
-    /// Key changes the writer made, and over how many seconds.
+    /// Key changes the writer and the probe made; the writer's seconds.
     changes: u64,
     writer_secs: f64,
     /// Invalidation messages binval had acknowledged (`binval_events_acked_total`).
@@ -175,16 +176,16 @@ async fn run_cell(
     let m0 = bv.scrape().await?;
     let t0 = Instant::now();
     let w = writer::run_rows(&bench.app_url(), bench.rows, Some(rate / per_commit), 4, Duration::from_secs(secs), None, per_commit).await?;
+    let evictions = match probe {
+        Some(p) => p.finish().await,
+        None => fleet::Evictions::default(),
+    };
     let stop_at = bench.binlog_now().await?;
     let caught_up = bv.wait_acked(&stop_at, Duration::from_secs(120)).await;
     let drain = fleet.drained(Duration::from_secs(60)).await;
     let (p1, b1, bv1, r1) = (cpu_of(Some(std::process::id())), cpu_of(broker_pid), bv.cpu_secs(), fleet.received());
     let window_secs = t0.elapsed().as_secs_f64();
     let m1 = bv.scrape().await?;
-    let evictions = match probe {
-        Some(p) => p.finish().await,
-        None => fleet::Evictions::default(),
-    };
     fleet.shutdown().await;
     let code = bv.stop().await;
     if code != 0 {
@@ -196,7 +197,7 @@ async fn run_cell(
         format: format.to_string(),
         instances: n,
         per_commit,
-        changes: w.commits * per_commit as u64,
+        changes: w.commits * per_commit as u64 + evictions.updates,
         writer_secs: w.secs,
         produced: acked(&m1) - acked(&m0),
         process_cpu: p1 - p0,
@@ -304,7 +305,7 @@ fn print_all(cells: &[Cell]) {
 fn explain() {
     println!(
         r#"
-- changes/s reached: the writer's key changes (rows updated, one key each) over its seconds; Kafka messages: binval's
+- changes/s reached: the writer's and the probe's key changes (rows updated, one key each) over the writer's seconds; Kafka messages: binval's
   `binval_events_acked_total` over the cell (per_key: one per change; batched: one per partition per apply group;
   progress messages not counted); changes per message: the ratio (target of issue #24: >= 10 at >= 5,000 changes/s).
 - per instance: the consumers' `Stats::messages` (every topic message received, progress messages included),
@@ -315,6 +316,6 @@ fn explain() {
   pooled over the probed instances; 1 ms of polling resolution.
 - broker CPU: the tansu process' CPU over the window (cores), and per instance; binval CPU per change: `binval run`'s.
 - binval ack: from the writer's stop to binval's ack of its last change; instances drained: from then to the last
-  message any instance received (500 ms quiet). Large values mean the machine did not keep up at that cell."#
+  event any instance applied (500 ms quiet). Large values mean the machine did not keep up at that cell."#
     );
 }
