@@ -91,21 +91,25 @@ impl Fleet {
         r
     }
 
-    /// Wait until the instances' applied events stop growing for 500 ms (at most `limit`); how
-    /// long it took (the listeners draining what binval already published).
-    pub async fn drained(&self, limit: Duration) -> Duration {
+    /// Wait until the instances received, since `before`, 99% of the `published` messages
+    /// each (at most `limit`, or until they stopped receiving for 3 s): how long it took and
+    /// whether they got there (the listeners draining what binval already published).
+    pub async fn drained(&self, before: &Received, published: u64, limit: Duration) -> (Duration, bool) {
         let t0 = Instant::now();
-        let (mut last, mut since) = (self.received().events, Instant::now());
-        while t0.elapsed() < limit {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            let now = self.received().events;
+        let want = published * self.instances.len() as u64 * 99 / 100;
+        let (mut last, mut since) = (0, Instant::now());
+        loop {
+            let now = self.received().since(before).messages;
+            if now >= want {
+                return (t0.elapsed(), true);
+            }
             if now != last {
                 (last, since) = (now, Instant::now());
-            } else if since.elapsed() >= Duration::from_millis(500) {
-                return since.saturating_duration_since(t0);
+            } else if since.elapsed() >= Duration::from_secs(3) || t0.elapsed() >= limit {
+                return (t0.elapsed(), false);
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        t0.elapsed()
     }
 
     /// Start the probe on at most `probed` instances spread over the fleet.
