@@ -19,7 +19,15 @@ pub struct Bench {
     pub mysql_root: String,
     /// binval's replica connection URL.
     pub repl_url: String,
+    /// Redis URLs: the Cluster's seed nodes, or the one standalone server ([`Bench::redis_mode`]).
     pub cluster: Vec<String>,
+    /// binval's `redis.mode`: `cluster` (the default) or `standalone` (the fan-out benchmark).
+    pub redis_mode: &'static str,
+    /// Suffix replicas per key (`replicas` of the mapping; the app instances must use the same).
+    pub replicas: u32,
+    /// Extra lines of binval's `[kafka]` section for the next [`Bench::config`] (the fan-out
+    /// benchmark's `event_format`).
+    pub kafka_extra: String,
     pub brokers: String,
     /// The binlog position before the rows were inserted (where the seeding run starts).
     pub before_rows: (String, u64),
@@ -43,6 +51,9 @@ impl Bench {
             mysql_root: server.root_url(),
             repl_url: server.repl_url(),
             cluster,
+            redis_mode: "cluster",
+            replicas: 8,
+            kafka_extra: String::new(),
             brokers,
             before_rows: (String::new(), 0),
         };
@@ -104,13 +115,14 @@ heartbeat_table = "{db}.heartbeat"
 heartbeat_interval_ms = 100
 
 [redis]
-mode = "cluster"
+mode = "{redis_mode}"
 urls = [{urls}]
 
 [kafka]
 brokers = "{brokers}"
 topic = "{topic}"
 create_topic = false
+{kafka_extra}
 {linger}
 [checkpoint]
 store = "redis"
@@ -122,7 +134,7 @@ listen = "127.0.0.1:{metrics_port}"
 [[mappings]]
 table = "{db}.items"
 keys = ["{prefix}:item:{{id}}"]
-replicas = 8
+replicas = {replicas}
 payload = "row"
 mode = "write-through"
 "#,
@@ -132,6 +144,9 @@ mode = "write-through"
             db = self.db,
             urls = urls.join(", "),
             brokers = self.brokers,
+            redis_mode = self.redis_mode,
+            replicas = self.replicas,
+            kafka_extra = self.kafka_extra,
             linger = match std::env::var("BENCH_LINGER_MS") {
                 Ok(ms) => format!("properties = {{ \"linger.ms\" = \"{ms}\" }}\n"),
                 Err(_) => String::new(),

@@ -17,6 +17,21 @@ pub struct Written {
 /// Write for `secs`, or until `limit` commits when given; `rate` None = as fast as the
 /// connections go.
 pub async fn run(url: &str, rows: u32, rate: Option<u32>, conns: usize, secs: Duration, limit: Option<u64>) -> anyhow::Result<Written> {
+    run_rows(url, rows, rate, conns, secs, limit, 1).await
+}
+
+/// [`run`] with `per_commit` rows per autocommit `UPDATE` (consecutive ids from a random
+/// one: `per_commit` distinct keys per commit); `rate` counts commits.
+pub async fn run_rows(
+    url: &str,
+    rows: u32,
+    rate: Option<u32>,
+    conns: usize,
+    secs: Duration,
+    limit: Option<u64>,
+    per_commit: u32,
+) -> anyhow::Result<Written> {
+    let per_commit = per_commit.clamp(1, rows);
     let done = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
@@ -24,7 +39,8 @@ pub async fn run(url: &str, rows: u32, rate: Option<u32>, conns: usize, secs: Du
         let (url, done) = (url.to_string(), done.clone());
         tasks.push(tokio::spawn(async move {
             let mut c = mysql_async::Conn::from_url(url).await?;
-            let update = c.prep("UPDATE items SET price = price + 0.01, stock = stock - 1, updated = NOW(3) WHERE id = ?").await?;
+            let update =
+                c.prep("UPDATE items SET price = price + 0.01, stock = stock - 1, updated = NOW(3) WHERE id BETWEEN ? AND ?").await?;
             while t0.elapsed() < secs && limit.is_none_or(|l| done.load(Relaxed) < l) {
                 if let Some(r) = rate {
                     // Paced: all connections together stay at `r` commits since t0.
@@ -34,8 +50,8 @@ pub async fn run(url: &str, rows: u32, rate: Option<u32>, conns: usize, secs: Du
                         continue;
                     }
                 }
-                let id = rand::rng().random_range(1..=rows);
-                c.exec_drop(&update, (id,)).await?;
+                let id = rand::rng().random_range(1..=rows - per_commit + 1);
+                c.exec_drop(&update, (id, id + per_commit - 1)).await?;
                 done.fetch_add(1, Relaxed);
             }
             c.disconnect().await?;

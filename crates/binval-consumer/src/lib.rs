@@ -624,6 +624,8 @@
 //! | `binval_consumer_source_lag_ms` | gauge | the source lag: worst progress `lag_ms` + ms since it was received (set once progress counts) |
 //! | `binval_consumer_progress_messages_total` | counter | binval progress messages taken (invalid ones count as bad messages) |
 //! | `binval_consumer_source_behind_reads_total{outcome}` | counter | `get` calls decided by the source lag: `refused` ([`ConsumerError::SourceBehind`]), `flagged` (Redis value, [`Stale::SourceBehind`]), `loaded` (the loader instead of Redis) |
+//! | `binval_consumer_messages_total` | counter | topic messages the listener received, of any kind (one per per-key event, one per batch, progress and bad ones too) |
+//! | `binval_consumer_message_bytes_total` | counter | payload bytes of those messages (after decompression; no keys, headers or framing) |
 //! | `binval_consumer_replica_read_timeouts_total` | counter | replica reads that did not answer within `replica_read_timeout` (the fill then read another master's replica too, when one was left) |
 //! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |

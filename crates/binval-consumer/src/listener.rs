@@ -334,11 +334,13 @@ impl<'a> Listener<'a> {
         let (s, shared) = (self.s, self.shared);
         let mut wait = POLL;
         let mut received = 0usize;
+        let mut bytes = 0u64;
         while received < MAX_BATCH {
             match self.consumer.poll(wait) {
                 None => break,
                 Some(Ok(msg)) => {
                     received += 1;
+                    bytes += msg.payload_len() as u64;
                     wait = Duration::ZERO;
                     let first = self.unread.remove(&msg.partition());
                     let n = self.next_offset.entry(msg.partition()).or_insert(msg.offset());
@@ -394,9 +396,13 @@ impl<'a> Listener<'a> {
                         None => {}
                     }
                 }
-                Some(Err(e)) => return (received, Some(e)),
+                Some(Err(e)) => {
+                    shared.counters.received(received as u64, bytes);
+                    return (received, Some(e));
+                }
             }
         }
+        shared.counters.received(received as u64, bytes);
         (received, None)
     }
 

@@ -104,6 +104,13 @@ pub struct Stats {
     /// [`crate::ConsumerBuilder::replica_read_timeout`] (each moved the fill on to a replica on
     /// another master when one was left to try).
     pub replica_read_timeouts: u64,
+    /// Topic messages the listener received, of any kind (per-key events, batches, progress
+    /// messages, bad ones): what this instance fetched from the broker, one per per-key event
+    /// or one per batch.
+    pub messages: u64,
+    /// Payload bytes of those messages as librdkafka hands them over (after decompression;
+    /// keys, headers and the record framing not included).
+    pub message_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -137,6 +144,8 @@ pub(crate) struct Counters {
     pub source_behind_flagged: AtomicU64,
     pub source_behind_loaded: AtomicU64,
     pub replica_read_timeouts: AtomicU64,
+    pub messages: AtomicU64,
+    pub message_bytes: AtomicU64,
     /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
     /// key lookup that `metrics::counter!` does on every call.
     hit_metric: HitMetric,
@@ -193,6 +202,8 @@ const COUNTER_NAMES: &[&str] = &[
     "binval_consumer_expirations_total",
     "binval_consumer_progress_messages_total",
     "binval_consumer_replica_read_timeouts_total",
+    "binval_consumer_messages_total",
+    "binval_consumer_message_bytes_total",
 ];
 
 impl Counters {
@@ -260,6 +271,17 @@ impl Counters {
         metrics::counter!("binval_consumer_evictions_total").increment(evictions);
     }
 
+    /// One poll batch of the listener: `messages` topic messages of `bytes` payload bytes.
+    pub(crate) fn received(&self, messages: u64, bytes: u64) {
+        if messages == 0 {
+            return;
+        }
+        self.messages.fetch_add(messages, Relaxed);
+        self.message_bytes.fetch_add(bytes, Relaxed);
+        metrics::counter!("binval_consumer_messages_total").increment(messages);
+        metrics::counter!("binval_consumer_message_bytes_total").increment(bytes);
+    }
+
     /// Lag of one applied event, from its commit and from its publish (Unix ms).
     pub(crate) fn lag(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64) {
         metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record(applied_ms.saturating_sub(commit_ms) as f64);
@@ -320,6 +342,8 @@ impl Counters {
             source_behind_flagged: self.source_behind_flagged.load(Relaxed),
             source_behind_loaded: self.source_behind_loaded.load(Relaxed),
             replica_read_timeouts: self.replica_read_timeouts.load(Relaxed),
+            messages: self.messages.load(Relaxed),
+            message_bytes: self.message_bytes.load(Relaxed),
         }
     }
 }
