@@ -108,7 +108,7 @@ async fn main() -> anyhow::Result<()> {
     let broker_pid = pid_listening_on("tansu", broker.port);
     println!("services: MariaDB {}, Redis {} (standalone), tansu {} (pid {broker_pid:?})", bench.mysql_root, redis.url(), bench.brokers);
     println!("table {}.items: {rows} rows, one key each (1 suffix replica); each instance holds {held} random rows + {} probe rows; app instances: Consumers in this one process\n", bench.db, setup::PROBES);
-    seed(&bench).await?;
+    binval::seed(&bench).await?;
 
     let t_all = Instant::now();
     let mut cells = Vec::new();
@@ -134,21 +134,6 @@ async fn main() -> anyhow::Result<()> {
     explain();
     Ok(())
 }
-
-/// Write the rows' replicas with a binval run from before the rows' INSERT, so that the
-/// instances' reads find them (as in production).
-async fn seed(bench: &Bench) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    let topic = bench.fresh_topic("seed")?;
-    let bv = Binval::spawn(bench, "seed", &format!("{}:{}", bench.before_rows.0, bench.before_rows.1), &topic)?;
-    let now = bench.binlog_now().await?;
-    let done = bv.wait_acked(&now, Duration::from_secs(600)).await;
-    bv.stop().await;
-    anyhow::ensure!(done.is_some(), "the seeding run did not apply the rows within 10 min");
-    println!("replicas of every row written by a seeding binval run in {:.1} s\n", t0.elapsed().as_secs_f64());
-    Ok(())
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn run_cell(
     bench: &mut Bench,

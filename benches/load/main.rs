@@ -65,7 +65,7 @@ async fn main() -> anyhow::Result<()> {
         bench.db
     );
 
-    seed(&bench).await?;
+    binval::seed(&bench).await?;
 
     let mut cells = Vec::new();
     for rate in rates() {
@@ -86,21 +86,6 @@ async fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-/// Apply the rows' INSERT (one transaction) with a binval run, so every key has its replicas
-/// before the cells start (the app instances read existing rows, as in production).
-async fn seed(bench: &setup::Bench) -> anyhow::Result<()> {
-    let t0 = Instant::now();
-    let topic = bench.fresh_topic("seed")?;
-    let bv = binval::Binval::spawn(bench, "seed", &format!("{}:{}", bench.before_rows.0, bench.before_rows.1), &topic)?;
-    let now = bench.binlog_now().await?;
-    let done = bv.wait_acked(&now, Duration::from_secs(600)).await;
-    bv.stop().await;
-    anyhow::ensure!(done.is_some(), "the seeding run did not apply the rows within 10 min");
-    println!("replicas of every row written by a seeding binval run in {:.1} s\n", t0.elapsed().as_secs_f64());
-    Ok(())
-}
-
 /// One cell: a fresh binval, two app instances, the writer at `rate` for `secs`, then the
 /// catch-up after the writer stops.
 async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Duration) -> anyhow::Result<Cell> {
