@@ -25,7 +25,7 @@
 //! read from. So re-publishing never moves a key to another partition, and never sends a batch
 //! to apps that only ever read per-key events from this topic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -252,13 +252,14 @@ fn read_range(
     // Brokers that report no usable high watermark (some Kafka-protocol implementations
     // answer 0) are read until they stay quiet for IDLE instead.
     const IDLE: Duration = Duration::from_millis(1500);
-    let mut remaining: BTreeMap<i32, i64> = BTreeMap::new();
+    // Partitions not read to their end yet (partition EOF).
+    let mut remaining: BTreeSet<i32> = BTreeSet::new();
     let mut by_idle = false;
     for e in tpl.elements() {
         if let Offset::Offset(o) = e.offset() {
             let end = ends[&e.partition()];
             if end > 0 || o == 0 {
-                remaining.insert(e.partition(), end);
+                remaining.insert(e.partition());
             } else {
                 by_idle = true;
             }
@@ -322,7 +323,7 @@ fn read_range(
     if !remaining.is_empty() {
         return Err(TransientError::Kafka(format!(
             "partitions {:?} were not read to their end within 300 s; nothing was re-published (rerun with a narrower range)",
-            remaining.keys().collect::<Vec<_>>()
+            remaining.iter().collect::<Vec<_>>()
         ))
         .into());
     }
