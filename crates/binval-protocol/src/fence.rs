@@ -43,6 +43,7 @@
 //! | `p`   | fence position of the change that wrote the record (decimal) |
 //! | `t`   | `1` when the record is a tombstone (the row was deleted) |
 //! | `f`   | fencing token of the binval instance that wrote it (decimal, see HA in the README) |
+//! | `n`   | the key's replica count (decimal; see [`crate::adaptive`]); absent in records written before adaptive counts existed |
 //!
 //! A delete writes a **tombstone** (`p`, `t`, `f`, with a TTL) instead of removing the key, so a
 //! late, older write of the same key cannot resurrect the row: the tombstone's `p` refuses it.
@@ -192,7 +193,7 @@ pub fn parse_version(raw: Option<&[u8]>) -> Result<u64, String> {
 
 /// Lua helper shared by the scripts: numeric comparison of two decimal strings without leading
 /// zeros (`a > b`).
-const LUA_NEWER: &str = r#"
+pub(crate) const LUA_NEWER: &str = r#"
 local function newer(a, b)
   if #a ~= #b then return #a > #b end
   return a > b
@@ -201,7 +202,8 @@ end
 
 /// Lua helper shared by the replica and whole-key scripts: write one replica record `k` (see
 /// "Replica record") at position `pos` under fencing token `tok`, of `kind` `set` (payload
-/// `data`), `del` or `inv`, with TTL `ttl` ms (`'0'` = none). Returns `-1`, `0` or `1` as
+/// `data`), `del` or `inv`, with TTL `ttl` ms (`'0'` = none) and replica count `n` (field `n`;
+/// left alone when the caller passes none). Returns `-1`, `0` or `1` as
 /// [`replica_write_script`] does.
 ///
 /// Cost, the reason for its shape: a change writes N replicas, so this runs N times per key
@@ -215,23 +217,25 @@ end
 /// invalidate-mode record overwritten by a `set` without TTL keeps its TTL once, and expiring
 /// then only makes readers fall back to their loader.
 const LUA_WRITE_REPLICA: &str = r#"
-local function put(k, x, ...)
+local function put(k, x, n, ...)
+  if x and n then return redis.call('HSET', k, 'x', '1', 'n', n, ...) end
   if x then return redis.call('HSET', k, 'x', '1', ...) end
+  if n then return redis.call('HSET', k, 'n', n, ...) end
   return redis.call('HSET', k, ...)
 end
-local function write_replica(k, pos, tok, kind, data, ttl)
+local function write_replica(k, pos, tok, kind, data, ttl, n)
   local cur = redis.call('HMGET', k, 'p', 'f', 't', 'x')
   if cur[2] and newer(cur[2], tok) then return -1 end
   if cur[1] and not newer(pos, cur[1]) then return 0 end
   local x = ttl ~= '0'
   if kind == 'set' then
-    put(k, x, 'd', data, 'p', pos, 'f', tok)
+    put(k, x, n, 'd', data, 'p', pos, 'f', tok)
     if cur[3] then redis.call('HDEL', k, 't') end
   elseif kind == 'del' then
-    put(k, x, 'p', pos, 't', '1', 'f', tok)
+    put(k, x, n, 'p', pos, 't', '1', 'f', tok)
     if not cur[3] then redis.call('HDEL', k, 'd') end
   else
-    put(k, x, 'p', pos, 'f', tok)
+    put(k, x, n, 'p', pos, 'f', tok)
     redis.call('HDEL', k, 'd', 't')
   end
   if x then
@@ -245,7 +249,8 @@ end
 "#;
 
 /// The replica write script. `KEYS[1]` = `K:rN`; `ARGV` = position, fencing token, kind, payload
-/// (ignored unless kind is `set`), TTL in ms (`0` = none).
+/// (ignored unless kind is `set`), TTL in ms (`0` = none), and optionally the key's replica
+/// count (field `n`, see [`crate::adaptive`]).
 ///
 /// Kinds: `set` stores the payload; `del` stores a tombstone (`t` = 1; readers answer "no row");
 /// `inv` (invalidate mode) stores only the position, so readers see a missing replica and fall
@@ -258,7 +263,7 @@ end
 pub fn replica_write_script() -> String {
     format!(
         "{LUA_NEWER}{LUA_WRITE_REPLICA}
-return write_replica(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+return write_replica(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 "
     )
 }
@@ -278,7 +283,7 @@ local ver = redis.call('GET', KEYS[1])
 if ver and newer(ver, ARGV[1]) then return {{0, 0, 0, 1}} end
 local written, lost = 0, 0
 for i = 2, #KEYS do
-  local r = write_replica(KEYS[i], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
+  local r = write_replica(KEYS[i], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
   if r == -1 then lost = 1 elseif r == 1 then written = written + 1 end
 end
 if lost == 1 then return {{written, 0, 1, 0}} end

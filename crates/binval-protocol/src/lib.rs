@@ -6,6 +6,8 @@
 //!   that makes replicas land on different masters.
 //! * [`event`]: the invalidation event published to Kafka, one per changed key, as JSON
 //!   (schema in `schemas/invalidation-event.schema.json`).
+//! * [`adaptive`]: adaptive replica counts — the count each replica record carries (field
+//!   `n`), the fleet's heat reports and the hot set readers load at start.
 //! * [`batch`]: the batched event format (`kafka.event_format = "batched"`): one message per
 //!   partition per apply group, a compact binary layout read without allocating (layout in
 //!   `schemas/invalidation-batch.md`), with the Kafka header `binval.kind: batch`.
@@ -26,6 +28,7 @@
 //! and why a read takes one replica with the position it was written at (no read touches the
 //! version token).
 
+pub mod adaptive;
 pub mod batch;
 pub mod event;
 pub mod fence;

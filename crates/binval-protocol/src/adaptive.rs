@@ -1,0 +1,209 @@
+//! Adaptive replica counts: how many suffix replicas each key has, when the count follows the
+//! fleet's reads (`replicas = { min = 1, max = 16 }` in a mapping), and the two Redis layouts
+//! the writer and the readers share for it: the fleet's **heat reports** (app instances ->
+//! binval's leader) and the **hot set** (binval's leader -> app instances at start).
+//!
+//! # Why per key
+//!
+//! A static `replicas = 8` gives every row of a table 8 copies and costs 9 script calls per
+//! change, while only a handful of keys are ever hot. With an adaptive mapping, a key lives in
+//! `min` copies until the fleet reads it faster than one master should serve, then gets as
+//! many as its read rate needs (at most `max`), and returns to `min` when it cools.
+//!
+//! # Readers learn the count from the data
+//!
+//! Every replica record carries the key's current count in field [`FIELD_COUNT`] (`n`, a
+//! decimal; see `fence` for the other fields): the writer stores it with every write, and
+//! rewrites it on the existing replicas when the count changes. A reader that reads any
+//! replica therefore learns how many there are, and one that knows nothing reads replica 0,
+//! which exists whenever the key does (every count is at least 1). No reader depends on a
+//! count set in its own configuration: a reader's configured count is only where it starts.
+//!
+//! Records written before the field existed have no `n`: readers keep what they knew.
+//!
+//! # Growing and shrinking (the writer's side, `src/write/replica_counts.rs` in binval)
+//!
+//! * **Grow** `a -> b`: later changes of the key write `b` replicas; replicas `a..b` are
+//!   copied from replica 0 *at its own fence position* through the fenced replica script (a
+//!   change committed meanwhile has a newer position and wins); then `n = b` is set on the old
+//!   replicas ([`replica_count_script`]). A reader uses replica `i` only once some record told
+//!   it `n > i`, and a replica it finds missing sends it to replica 0.
+//! * **Shrink** `b -> a`: `n = a` is announced on every replica (and in the hot set) first,
+//!   while changes still write all `b`; only after a grace period longer than the readers'
+//!   staleness bound are replicas `a..b` removed ([`replica_remove_script`]). A reader that
+//!   still reads a removed replica finds it missing and reads replica 0: never "no row".
+//!
+//! # Heat reports
+//!
+//! Each app instance writes, every report interval, the keys it reads most with their read
+//! rates (every `get`, local hits included: when its fail safe bypasses the local cache, every
+//! one of those reads lands on Redis) as one field of one of [`HEAT_BUCKETS`] hashes:
+//! `HSET binval:heat:{b} <instance id> <HeatReport as JSON>`, where `b` is
+//! [`heat_bucket_of`] the instance id. Sixteen hashes with hash tags `{0}`..`{15}` spread the
+//! reports over the masters of a Cluster (one hash per key would need a SCAN to find; one hash
+//! for the fleet would be a hot key). binval's leader reads the sixteen hashes, sums the rates
+//! of each key over the reports younger than its staleness cap, and deletes fields far older
+//! than that (instances that stopped).
+//!
+//! # The hot set
+//!
+//! `binval:hot` is a hash from logical key to its current count (decimal), for every key of an
+//! adaptive mapping whose count is above 1 (a key that is not listed has the count its records
+//! say, or 1). binval's leader keeps it; an app instance reads it once at start
+//! (`HGETALL`, one call per instance start), so its first reads of a key that is already hot
+//! spread at once. It is an index for readers only: the writer's own decisions (with their
+//! hysteresis state) live beside its lease and checkpoint.
+
+use serde::{Deserialize, Serialize};
+
+/// Hash field of a replica record holding the key's replica count (decimal `u32`, at least 1).
+pub const FIELD_COUNT: &str = "n";
+
+/// The hot set: hash `logical key -> count` (module docs).
+pub const HOT_SET_KEY: &str = "binval:hot";
+
+/// Number of heat-report hashes (module docs).
+pub const HEAT_BUCKETS: u16 = 16;
+
+/// Schema version of [`HeatReport`].
+pub const HEAT_REPORT_VERSION: u32 = 1;
+
+/// The largest count a mapping may ask for (`max`): more replicas than this spread no better
+/// on any Redis Cluster worth the name and multiply the writes of a change.
+pub const MAX_REPLICAS: u32 = 64;
+
+/// The Redis key of heat-report hash `bucket` (`0..HEAT_BUCKETS`): `binval:heat:{<bucket>}`.
+///
+/// ```
+/// assert_eq!(binval_protocol::adaptive::heat_bucket_key(3), "binval:heat:{3}");
+/// ```
+pub fn heat_bucket_key(bucket: u16) -> String {
+    format!("binval:heat:{{{bucket}}}")
+}
+
+/// The heat-report hash an instance id writes to: CRC16 of the id mod [`HEAT_BUCKETS`].
+///
+/// ```
+/// use binval_protocol::adaptive::{heat_bucket_of, HEAT_BUCKETS};
+/// assert!(heat_bucket_of("app-7") < HEAT_BUCKETS);
+/// assert_eq!(heat_bucket_of("app-7"), heat_bucket_of("app-7"));
+/// ```
+pub fn heat_bucket_of(instance_id: &str) -> u16 {
+    crate::keys::hash_slot(instance_id.as_bytes()) % HEAT_BUCKETS
+}
+
+/// What one app instance reports: its most-read keys over its recent reads. Serialized as JSON,
+/// e.g. `{"v":1,"at_ms":1764790000000,"keys":[["item:detail:6666",41250.0]]}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeatReport {
+    /// [`HEAT_REPORT_VERSION`].
+    pub v: u32,
+    /// When the report was made, Unix ms (the instance's clock).
+    pub at_ms: u64,
+    /// `(logical key, reads per second)`, most read first. Reads are the app's `get` calls of
+    /// the key, local hits included.
+    pub keys: Vec<(String, f64)>,
+}
+
+impl HeatReport {
+    /// Parse a report read from a heat hash; errors name what is wrong (a field written by
+    /// something else, or a newer schema).
+    ///
+    /// ```
+    /// use binval_protocol::adaptive::HeatReport;
+    /// let r = HeatReport::parse(br#"{"v":1,"at_ms":5,"keys":[["k",2.5]]}"#).unwrap();
+    /// assert_eq!(r.keys, vec![("k".to_string(), 2.5)]);
+    /// assert!(HeatReport::parse(b"{}").is_err());
+    /// ```
+    pub fn parse(raw: &[u8]) -> Result<Self, String> {
+        let r: HeatReport = serde_json::from_slice(raw).map_err(|e| format!("not a heat report: {e}"))?;
+        if r.v != HEAT_REPORT_VERSION {
+            return Err(format!("heat report version {} (this build reads {HEAT_REPORT_VERSION})", r.v));
+        }
+        if let Some((k, rate)) = r.keys.iter().find(|(_, rate)| !rate.is_finite() || *rate < 0.0) {
+            return Err(format!("heat report: key {k:?} has read rate {rate}"));
+        }
+        Ok(r)
+    }
+
+    /// The JSON text of the report.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a heat report serializes")
+    }
+}
+
+/// Parse a replica count as stored in field [`FIELD_COUNT`] or in the hot set (`None` = the
+/// field is absent). Errors when it is not a decimal in `1..=MAX_REPLICAS`; the message names
+/// the value.
+///
+/// ```
+/// use binval_protocol::adaptive::parse_count;
+/// assert_eq!(parse_count(Some(b"8")), Ok(Some(8)));
+/// assert_eq!(parse_count(None), Ok(None));
+/// assert!(parse_count(Some(b"0")).is_err());
+/// ```
+pub fn parse_count(raw: Option<&[u8]>) -> Result<Option<u32>, String> {
+    let Some(b) = raw else { return Ok(None) };
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_REPLICAS).contains(n))
+        .map(Some)
+        .ok_or_else(|| format!("replica count (field `n`) is not a decimal in 1..={MAX_REPLICAS}: {:?}", String::from_utf8_lossy(b)))
+}
+
+/// Set the count field of an existing replica record, fenced by the fencing token.
+/// `KEYS[1]` = `K:rN`; `ARGV` = fencing token, count. Returns `1` when set, `0` when the key
+/// does not exist (nothing to announce on), `-1` when the record was written under a newer
+/// fencing token (this writer has lost its lease). The record's position is not touched: the
+/// count is about the key, not about a change.
+pub fn replica_count_script() -> String {
+    format!(
+        "{}
+local f = redis.call('HGET', KEYS[1], 'f')
+if f and newer(f, ARGV[1]) then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'n', ARGV[2])
+return 1
+",
+        crate::fence::LUA_NEWER
+    )
+}
+
+/// Remove a replica record that a smaller count no longer has, fenced by the fencing token.
+/// `KEYS[1]` = `K:rN`; `ARGV[1]` = fencing token. Returns `1` when removed, `0` when absent,
+/// `-1` when the record was written under a newer fencing token.
+pub fn replica_remove_script() -> String {
+    format!(
+        "{}
+local f = redis.call('HGET', KEYS[1], 'f')
+if f and newer(f, ARGV[1]) then return -1 end
+return redis.call('DEL', KEYS[1])
+",
+        crate::fence::LUA_NEWER
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_spread_over_slots() {
+        let slots: std::collections::BTreeSet<u16> =
+            (0..HEAT_BUCKETS).map(|b| crate::keys::hash_slot(heat_bucket_key(b).as_bytes())).collect();
+        assert_eq!(slots.len(), HEAT_BUCKETS as usize, "every bucket its own slot");
+        let used: std::collections::BTreeSet<u16> = (0..1000).map(|i| heat_bucket_of(&format!("app-{i}"))).collect();
+        assert_eq!(used.len(), HEAT_BUCKETS as usize);
+    }
+
+    #[test]
+    fn reports_round_trip_and_bad_ones_are_named() {
+        let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: 7, keys: vec![("item:1".into(), 1e5)] };
+        assert_eq!(HeatReport::parse(r.to_json().as_bytes()).unwrap(), r);
+        assert!(HeatReport::parse(br#"{"v":2,"at_ms":1,"keys":[]}"#).unwrap_err().contains("version 2"));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",-1.0]]}"#).unwrap_err().contains("\"k\""));
+        assert!(parse_count(Some(b"65")).unwrap_err().contains("\"65\""));
+        assert!(parse_count(Some(b"x")).is_err());
+    }
+}
