@@ -120,6 +120,9 @@ pub struct Config {
     /// How transactions are grouped when they are applied.
     #[serde(default)]
     pub apply: ApplyConfig,
+    /// How adaptive replica counts (`replicas = { min, max }`) follow the fleet's reads.
+    #[serde(default)]
+    pub adaptive: crate::replicas::AdaptiveConfig,
 }
 
 /// `[apply]`: group apply. The apply stage takes every committed transaction already read
@@ -458,9 +461,11 @@ pub struct MappingConfig {
     pub table: String,
     /// Key templates, e.g. `item:detail:{id}`; each `{column}` is a column of the table.
     pub keys: Vec<String>,
-    /// Suffix replicas per key (N), 1..=64. Default 1.
-    #[serde(default = "default_replicas")]
-    pub replicas: u32,
+    /// Suffix replicas per key: `replicas = N` (1..=64, default 1) gives every key N copies;
+    /// `replicas = { min = 1, max = 16 }` gives each key `min` copies until the fleet's reads
+    /// of it need more (see `[adaptive]` and `crate::replicas`), at most `max`.
+    #[serde(default, deserialize_with = "replicas_setting")]
+    pub replicas: Replicas,
     /// `"row"` (default) or a list of columns.
     #[serde(default)]
     pub payload: Payload,
@@ -495,6 +500,60 @@ pub struct LogConfig {
     /// tracing-subscriber filter, default `info`. `RUST_LOG` wins when set.
     #[serde(default)]
     pub level: Option<String>,
+}
+
+/// A mapping's replica count: `min == max` for a static count (`replicas = N`), a range for an
+/// adaptive one (`replicas = { min, max }`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    /// Copies every key has (a cold key's count).
+    pub min: u32,
+    /// Copies a hot key may get.
+    pub max: u32,
+}
+
+impl Default for Replicas {
+    fn default() -> Self {
+        Replicas { min: 1, max: 1 }
+    }
+}
+
+impl Replicas {
+    /// A static count.
+    pub fn fixed(n: u32) -> Self {
+        Replicas { min: n, max: n }
+    }
+
+    /// True when the count of a key follows its reads (`min < max`).
+    pub fn is_adaptive(&self) -> bool {
+        self.min < self.max
+    }
+}
+
+impl std::fmt::Display for Replicas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_adaptive() {
+            write!(f, "{}..={}", self.min, self.max)
+        } else {
+            write!(f, "{}", self.min)
+        }
+    }
+}
+
+fn replicas_setting<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Replicas, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Setting {
+        Fixed(u32),
+        Range { min: Option<u32>, max: u32 },
+    }
+    match Setting::deserialize(d) {
+        Ok(Setting::Fixed(n)) => Ok(Replicas::fixed(n)),
+        Ok(Setting::Range { min, max }) => Ok(Replicas { min: min.unwrap_or(1), max }),
+        Err(_) => {
+            Err(serde::de::Error::custom("`replicas` must be an integer (`replicas = 8`) or a range (`replicas = { min = 1, max = 16 }`)"))
+        }
+    }
 }
 
 fn list_or_comma_separated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
@@ -548,9 +607,6 @@ fn default_partitions() -> i32 {
 }
 fn default_interval_ms() -> u64 {
     1000
-}
-fn default_replicas() -> u32 {
-    1
 }
 fn default_heartbeat_interval_ms() -> u64 {
     500
@@ -715,6 +771,7 @@ impl Config {
             }
         }
         self.validate_security().map_err(|e| bad(e.field, e.reason))?;
+        self.adaptive.validate().map_err(|(field, reason)| bad(format!("adaptive.{field}"), reason))?;
         let mut seen = std::collections::HashSet::new();
         for (i, m) in self.mappings.iter().enumerate() {
             let f = |name: &str| format!("mappings[{i}].{name}");
@@ -728,8 +785,12 @@ impl Config {
             if m.keys.is_empty() {
                 return Err(bad(f("keys"), "needs at least one key template".into()));
             }
-            if m.replicas == 0 || m.replicas > 64 {
-                return Err(bad(f("replicas"), format!("{} is out of range 1..=64", m.replicas)));
+            let r = m.replicas;
+            if r.min == 0 || r.max > binval_protocol::adaptive::MAX_REPLICAS {
+                return Err(bad(f("replicas"), format!("{r} is out of range 1..={}", binval_protocol::adaptive::MAX_REPLICAS)));
+            }
+            if r.min > r.max {
+                return Err(bad(f("replicas"), format!("min = {} is above max = {}", r.min, r.max)));
             }
             if m.ttl_secs > MAX_TTL_MS / 1000 {
                 return Err(bad(f("ttl_secs"), format!("{} is out of range 0..={} s (100 years)", m.ttl_secs, MAX_TTL_MS / 1000)));
@@ -742,7 +803,7 @@ impl Config {
             }
             for (k, key) in m.keys.iter().enumerate() {
                 let t = KeyTemplate::parse(key).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
-                t.check_replicas(m.replicas).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
+                t.check_replicas(m.replicas.max).map_err(|e| bad(format!("mappings[{i}].keys[{k}]"), e.to_string()))?;
             }
             match &m.payload {
                 Payload::Whole(w) if w != "row" => return Err(bad(f("payload"), format!("`{w}`: use \"row\" or a list of column names"))),

@@ -90,6 +90,7 @@ pub mod mapping;
 pub mod monitor;
 pub mod pipeline;
 pub mod redis_conn;
+pub mod replicas;
 pub mod scan;
 pub mod security;
 pub mod start_point;

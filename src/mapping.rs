@@ -35,8 +35,12 @@ pub struct KeyChange {
     /// JSON document to store in every replica; `None` deletes the replicas (delete, or
     /// invalidate mode).
     pub payload: Option<String>,
-    /// Number of suffix replicas N.
+    /// Suffix replicas this change writes (`K:r0..K:r{replicas-1}`).
     pub replicas: u32,
+    /// The key's replica count recorded in every replica written (field `n`, see
+    /// `binval_protocol::adaptive`): equal to `replicas`, except while a shrink is announced
+    /// and not done (`crate::replicas`), when it is smaller.
+    pub count: u32,
     /// Replica TTL in seconds, 0 = none.
     pub ttl_secs: u64,
 }
@@ -45,7 +49,7 @@ pub struct KeyChange {
 struct Rule {
     table: Arc<str>,
     templates: Vec<KeyTemplate>,
-    replicas: u32,
+    replicas: crate::config::Replicas,
     payload: Option<Vec<String>>,
     mode: MappingMode,
     ttl_secs: u64,
@@ -200,6 +204,8 @@ pub struct RenameConflict {
 #[derive(Debug, Default)]
 pub struct Mapper {
     rules: HashMap<String, Rule>,
+    /// The counts of the keys of adaptive mappings that are above their `min`.
+    counts: Arc<crate::replicas::ReplicaCounts>,
 }
 
 impl Mapper {
@@ -228,7 +234,46 @@ impl Mapper {
                 },
             );
         }
-        Ok(Mapper { rules })
+        Ok(Mapper { rules, counts: Arc::default() })
+    }
+
+    /// The counts of the keys of adaptive mappings (`replicas = { min, max }`) above their
+    /// `min`: every change of such a key writes (and records) the count found here.
+    pub fn counts(&self) -> &Arc<crate::replicas::ReplicaCounts> {
+        &self.counts
+    }
+
+    /// True when a mapping has an adaptive replica count.
+    pub fn any_adaptive(&self) -> bool {
+        self.rules.values().any(|r| r.replicas.is_adaptive())
+    }
+
+    /// The replica setting of the adaptive mapping whose key template matches `key`; `None`
+    /// when no adaptive mapping renders such a key.
+    pub fn adaptive_rule_of(&self, key: &str) -> Option<crate::config::Replicas> {
+        self.rules
+            .values()
+            .filter(|r| r.replicas.is_adaptive())
+            .find(|r| r.templates.iter().any(|t| t.split_key(key).is_some()))
+            .map(|r| r.replicas)
+    }
+
+    /// The replica setting of the mapping whose key template matches `key`, adaptive or not.
+    pub fn replicas_of_key(&self, key: &str) -> Option<crate::config::Replicas> {
+        let mut rules: Vec<&Rule> = self.rules.values().collect();
+        rules.sort_by_key(|r| r.index);
+        rules.into_iter().find(|r| r.templates.iter().any(|t| t.split_key(key).is_some())).map(|r| r.replicas)
+    }
+
+    /// `(replicas to write, count to record)` for a change of `key` under a mapping with `r`.
+    pub fn count_of(&self, key: &str, r: crate::config::Replicas) -> (u32, u32) {
+        if !r.is_adaptive() {
+            return (r.min, r.min);
+        }
+        match self.counts.get(key) {
+            Some(c) => (c.write, c.count),
+            None => (r.min, r.min),
+        }
     }
 
     /// True when `schema.table` has a rule.
@@ -239,9 +284,9 @@ impl Mapper {
         self.rules.contains_key(&format!("{schema}.{table}"))
     }
 
-    /// The configured name, key templates and replica count of mapped table `table`
+    /// The configured name, key templates and replica setting of mapped table `table`
     /// (`schema.table`), for table-wide invalidation.
-    pub fn templates_of(&self, table: &str) -> Option<(&str, &[KeyTemplate], u32)> {
+    pub fn templates_of(&self, table: &str) -> Option<(&str, &[KeyTemplate], crate::config::Replicas)> {
         self.rules.get(table).map(|r| (&*r.table, r.templates.as_slice(), r.replicas))
     }
 
@@ -356,12 +401,13 @@ impl Mapper {
                 // Another row may still render a key a non-unique mapping deletes: invalidate
                 // it instead (readers ask their loader, which finds that row or none).
                 let op = if op == Op::Delete && rule.non_unique { Op::Update } else { op };
-                if rule.replicas > 1 {
+                if rule.replicas.max > 1 {
                     if let Some(tag) = hash_tag(key.as_bytes()) {
                         tracing::warn!(key = %key, tag = %String::from_utf8_lossy(tag), "a column value forms a Redis hash tag: all replicas of this key share one hash slot");
                     }
                 }
-                out.push(KeyChange { key, op, table: rule.table.clone(), payload, replicas: rule.replicas, ttl_secs: rule.ttl_secs });
+                let (replicas, count) = self.count_of(&key, rule.replicas);
+                out.push(KeyChange { key, op, table: rule.table.clone(), payload, replicas, count, ttl_secs: rule.ttl_secs });
             };
             match (phase, row.kind) {
                 (Phase::MovedAway, RowKind::Update) => {
@@ -587,7 +633,7 @@ replicas = 4
             &mut out,
         );
         assert_eq!(out.iter().map(|c| c.key.as_str()).collect::<Vec<_>>(), vec!["item:detail:1", "item:sku:A"]);
-        assert!(out.iter().all(|c| c.op == Op::Insert && c.replicas == 4));
+        assert!(out.iter().all(|c| c.op == Op::Insert && c.replicas == 4 && c.count == 4));
         assert_eq!(out[0].payload.as_deref(), Some(r#"{"id":1,"price":"1.50","sku":"A"}"#));
 
         out.clear();
@@ -757,7 +803,15 @@ replicas = 4
     }
 
     fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
-        KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
+        KeyChange {
+            key: key.into(),
+            op,
+            table: std::sync::Arc::from("db.t"),
+            payload: payload.map(String::from),
+            replicas: 1,
+            count: 1,
+            ttl_secs: 0,
+        }
     }
 
     #[test]

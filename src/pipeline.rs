@@ -247,6 +247,8 @@ struct Prepared {
     kafka: Arc<KafkaSink>,
     writer: Writer,
     plan: start_plan::StartPlan,
+    /// The stored replica-count decisions, when a mapping is adaptive.
+    adaptive: Option<Vec<(String, crate::replicas::counts::Stored)>>,
 }
 
 /// One tenure: prepare, run the tasks, report the root cause.
@@ -314,6 +316,9 @@ async fn prepare(
         // `current` start forward and skip changes.
         store.save(&checkpoint_at(p, &plan.gtids, &plan.state, &plan.origin)).await?;
     }
+    // The replica counts of adaptive mappings as the last leader left them: the first groups
+    // are written with them (`crate::replicas`).
+    let adaptive = if mapper.any_adaptive() { Some(mapper.counts().load_from(redis, &cfg.source.name).await?) } else { None };
     let writer = Writer {
         mapper,
         redis: redis.clone(),
@@ -324,8 +329,9 @@ async fn prepare(
         source_name: Arc::from(cfg.source.name.as_str()),
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::run(),
+        resizes: None,
     };
-    Ok(Some(Prepared { store, kafka, writer, plan }))
+    Ok(Some(Prepared { store, kafka, writer, plan, adaptive }))
 }
 
 /// Run the source, apply, checkpoint and lease tasks until they end; the root cause of their
@@ -385,7 +391,21 @@ async fn run_tasks(
         stats.source.clone(),
     );
     let source_task = spawn(Box::pin(source));
-    let apply_task = spawn(Box::pin(apply_loop(p.writer, txn_rx, ack_tx, stats.clone())));
+    let mut writer = p.writer;
+    // Adaptive replica counts: the leader's task decides, the apply loop takes the steps.
+    let adaptive = p.adaptive.map(|stored| {
+        let (tx, rx) = mpsc::channel(16);
+        writer.resizes = Some(rx);
+        let leader = crate::replicas::task::Leader {
+            cfg: cfg.adaptive.clone(),
+            mapper: writer.mapper.clone(),
+            redis: redis.clone(),
+            source: cfg.source.name.clone(),
+            tx,
+        };
+        spawn(Box::pin(leader.run(stored, stop_rx.clone())))
+    });
+    let apply_task = spawn(Box::pin(apply_loop(writer, txn_rx, ack_tx, stats.clone())));
     let checkpoint = CheckpointTask {
         store: Arc::new(Mutex::new(p.store)),
         kafka: p.kafka,
@@ -403,6 +423,9 @@ async fn run_tasks(
     let l = lease_task.await;
     forward.abort();
     if let Some(h) = heartbeat {
+        h.abort();
+    }
+    if let Some(h) = adaptive {
         h.abort();
     }
     let flat = |task: &'static str, r: Result<Result<(), Error>, tokio::task::JoinError>| r.unwrap_or_else(|e| Err(task_failed(task, e)));

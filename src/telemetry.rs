@@ -61,6 +61,10 @@
 //! | `binval_fenced_noops_total` | counter | key changes | | key changes Redis already held (re-applied after a restart or replay: no replica or token moved) |
 //! | `binval_redis_retries_total` | counter | groups | | groups whose Redis writes were sent again after a transient failure (a master timing out or failing over); the groups behind keep writing to the masters that answer |
 //! | `binval_redis_token_reads_skipped_total` | counter | groups | | Cluster groups whose replicas were written without first reading their version tokens, because a master did not answer within 500 ms (`write::redis_sink`) |
+//! | `binval_adaptive_keys` | gauge | keys | | keys of adaptive mappings above their `min` count (`crate::replicas`) |
+//! | `binval_adaptive_count_changes_total` | counter | steps | `step` | replica-count steps taken: `grow` (copies added), `announce` (a smaller count told first), `remove` (the extra replicas removed after the grace) |
+//! | `binval_adaptive_reporting_instances` | gauge | instances | | app instances whose heat report the leader counted in its last round |
+//! | `binval_adaptive_keys_at_max_over_budget` | gauge | keys | | keys at their mapping's `max` count whose fleet read rate is still above what their masters' budget covers: raise `max`, or pin them higher |
 //! | `binval_redis_groups_in_flight` | gauge | groups | | groups whose Redis writes are under way at once: 1 normally, more while a master is slow or frozen (`write::apply::apply_loop`) |
 //! | `binval_kafka_unacked_seconds` | gauge | s | | how long the oldest event not yet acknowledged by Kafka has waited (0: none waiting); past 3 s a warning repeats every 3 s (a frozen broker is otherwise silent) |
 //! | `binval_progress_messages_total` | counter | messages | | progress messages (`kafka.progress_interval_ms`, one per partition per round) the broker acknowledged |
@@ -162,6 +166,14 @@ pub mod names {
     pub const REDIS_RETRIES: &str = "binval_redis_retries_total";
     /// counter (issue #22).
     pub const TOKEN_READS_SKIPPED: &str = "binval_redis_token_reads_skipped_total";
+    /// gauge, keys (issue #23).
+    pub const ADAPTIVE_KEYS: &str = "binval_adaptive_keys";
+    /// counter, label `step` (issue #23).
+    pub const ADAPTIVE_COUNT_CHANGES: &str = "binval_adaptive_count_changes_total";
+    /// gauge, instances (issue #23).
+    pub const ADAPTIVE_REPORTING_INSTANCES: &str = "binval_adaptive_reporting_instances";
+    /// gauge, keys (issue #23).
+    pub const ADAPTIVE_AT_MAX: &str = "binval_adaptive_keys_at_max_over_budget";
     /// gauge, groups (issue #22).
     pub const GROUPS_IN_FLIGHT: &str = "binval_redis_groups_in_flight";
     /// gauge, seconds (issue #22).
@@ -244,6 +256,10 @@ pub mod names {
         FENCED_NOOPS,
         REDIS_RETRIES,
         TOKEN_READS_SKIPPED,
+        ADAPTIVE_KEYS,
+        ADAPTIVE_COUNT_CHANGES,
+        ADAPTIVE_REPORTING_INSTANCES,
+        ADAPTIVE_AT_MAX,
         GROUPS_IN_FLIGHT,
         KAFKA_WAIT,
         PROGRESS_MESSAGES,
@@ -683,6 +699,10 @@ fn describe() {
         TOKEN_READS_SKIPPED,
         "Cluster groups written without reading their version tokens first (a master did not answer within 500 ms)"
     );
+    describe_gauge!(ADAPTIVE_KEYS, "keys of adaptive mappings above their min replica count");
+    describe_counter!(ADAPTIVE_COUNT_CHANGES, "replica-count steps taken (grow, announce, remove)");
+    describe_gauge!(ADAPTIVE_REPORTING_INSTANCES, "app instances whose heat report the leader counted in its last round");
+    describe_gauge!(ADAPTIVE_AT_MAX, "keys at their max replica count whose fleet read rate is still over budget");
     describe_gauge!(GROUPS_IN_FLIGHT, "groups whose Redis writes are under way at once (more than 1: a master is slow)");
     describe_gauge!(KAFKA_WAIT, Unit::Seconds, "how long the oldest event not yet acknowledged by Kafka has waited (0: none waiting)");
     describe_counter!(CHECKPOINTS, "checkpoints saved");

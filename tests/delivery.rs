@@ -36,6 +36,7 @@ async fn fenced_writes(kind: RedisKind) {
         table: Arc::from("db.t"),
         payload: payload.map(String::from),
         replicas: 3,
+        count: 3,
         ttl_secs: 0,
     };
     let w = |pos: u64, token: u64| WriteCtx {

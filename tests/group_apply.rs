@@ -193,6 +193,7 @@ async fn a_stale_slot_map_costs_a_resend_not_a_write() {
             table: "db.t".into(),
             payload: Some(format!("{{\"i\":{i}}}")),
             replicas: 3,
+            count: 3,
             ttl_secs: 0,
         })
         .collect();

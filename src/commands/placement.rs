@@ -150,8 +150,8 @@ pub async fn report(redis: &RedisConn, mappings: &[MappingConfig]) -> Result<Vec
                 keys = (1..=SAMPLE_KEYS).filter_map(|n| template.render(|_| Some(Cow::Owned(n.to_string())))).collect();
             }
             let placements: Vec<Placement> =
-                keys.iter().map(|key| Placement::of(key, m.replicas, |slot| map.master_of_slot(slot))).collect();
-            out.push(summarize(field, text, m.replicas, masters, &placements, synthetic));
+                keys.iter().map(|key| Placement::of(key, m.replicas.max, |slot| map.master_of_slot(slot))).collect();
+            out.push(summarize(field, text, m.replicas.max, masters, &placements, synthetic));
         }
     }
     Ok(out)

@@ -36,6 +36,24 @@ pub struct Status {
     pub behind_bytes: Option<u64>,
     /// The instance whose `metrics.listen` this host answers on, if it does.
     pub local_instance: Option<LocalInstance>,
+    /// Keys of adaptive mappings above their `min` count, hottest first (empty without
+    /// adaptive mappings).
+    pub hot_keys: Vec<HotKeyStatus>,
+}
+
+/// One key of an adaptive mapping above its `min` count (`crate::replicas`).
+#[derive(Debug, Serialize)]
+pub struct HotKeyStatus {
+    /// The logical key.
+    pub key: String,
+    /// The count readers are told.
+    pub replicas: u32,
+    /// Replicas changes write (above `replicas` while a shrink waits for its removal).
+    pub writing: u32,
+    /// The fleet read rate the leader saw last, reads/s.
+    pub reads_per_sec: f64,
+    /// Why.
+    pub why: String,
 }
 
 /// The saved checkpoint.
@@ -115,7 +133,17 @@ pub async fn gather(cfg: &Config) -> Result<Status, Error> {
         Some(l) => local_instance(l),
         None => None,
     };
-    Ok(Status { source: name.clone(), leader, fencing_token_counter, checkpoint, primary, behind_bytes, local_instance })
+    let mut hot_keys: Vec<HotKeyStatus> = if cfg.mappings.iter().any(|m| m.replicas.is_adaptive()) {
+        crate::replicas::counts::load(&redis, name)
+            .await?
+            .into_iter()
+            .map(|(key, s)| HotKeyStatus { key, replicas: s.n, writing: s.w, reads_per_sec: s.reads_per_sec, why: s.why })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    hot_keys.sort_by(|a, b| b.reads_per_sec.total_cmp(&a.reads_per_sec));
+    Ok(Status { source: name.clone(), leader, fencing_token_counter, checkpoint, primary, behind_bytes, local_instance, hot_keys })
 }
 
 async fn primary(cfg: &Config) -> Result<(String, Vec<(String, u64)>), Error> {
@@ -214,6 +242,16 @@ pub fn render(s: &Status) -> String {
             rows.push(("lag", format!("{lag:.3} s behind the source (binval_lag_seconds of this host's instance)")));
         }
     }
+    for (i, h) in s.hot_keys.iter().take(20).enumerate() {
+        let writing = if h.writing > h.replicas { format!(", writing {} until the shrink's grace ends", h.writing) } else { String::new() };
+        rows.push((
+            if i == 0 { "hot keys" } else { "" },
+            format!("{} {} replicas{writing}, fleet reads {:.0}/s", h.key, h.replicas, h.reads_per_sec),
+        ));
+    }
+    if s.hot_keys.len() > 20 {
+        rows.push(("", format!("... and {} more (--json lists all)", s.hot_keys.len() - 20)));
+    }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
 }
@@ -263,10 +301,18 @@ mod tests {
             primary: Some(PrimaryStatus { version: "10.11".into(), position: "b.000002:120".into(), binlog_files: 2 }),
             behind_bytes: Some(40),
             local_instance: None,
+            hot_keys: vec![HotKeyStatus {
+                key: "item:detail:6666".into(),
+                replicas: 8,
+                writing: 8,
+                reads_per_sec: 412_000.0,
+                why: String::new(),
+            }],
         };
         let t = render(&s);
         assert!(t.contains("leader         h-1-ab (fencing token 9, lease expires in 4.2 s)"), "{t}");
         assert!(t.contains("checkpoint     b.000002:80 gtid 0-1-5, saved 1.5 s ago"), "{t}");
         assert!(t.contains("behind         40 bytes"), "{t}");
+        assert!(t.contains("hot keys       item:detail:6666 8 replicas, fleet reads 412000/s"), "{t}");
     }
 }

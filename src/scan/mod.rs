@@ -113,12 +113,14 @@ impl Scanner {
     /// The change that says "no row maps to `key`" (a delete) for table `t`.
     pub fn delete_change(&self, t: usize, key: &str) -> KeyChange {
         let m = &self.tables[t].mapping;
+        let (replicas, count) = self.mapper.count_of(key, m.replicas);
         KeyChange {
             key: key.to_string(),
             op: Op::Delete,
             table: self.tables[t].table.clone(),
             payload: None,
-            replicas: m.replicas,
+            replicas,
+            count,
             ttl_secs: m.ttl_secs,
         }
     }

@@ -155,6 +155,9 @@ pub struct Writer {
     pub max_group_rows: usize,
     /// Run or replay behaviour.
     pub options: ApplyOptions,
+    /// Replica-count steps from the adaptive-count leader (`crate::replicas::task`), taken by
+    /// [`apply_loop`] between groups; `None` without adaptive mappings, and outside `run`.
+    pub resizes: Option<mpsc::Receiver<crate::replicas::task::CountCommand>>,
 }
 
 /// What applying a group (or one transaction, or one chunk of a large one) did.
@@ -697,6 +700,7 @@ pub async fn apply_loop(
     let mut held: Option<Transaction> = None;
     let mut flight = InFlight::default();
     let mut closed = false;
+    let mut resizes = writer.resizes.take();
     loop {
         let first = if flight.may_start() {
             match held.take() {
@@ -706,6 +710,12 @@ pub async fn apply_loop(
                     biased;
                     done = flight.next(), if !flight.is_empty() => {
                         if !finish_group(&writer, done, &acks, &*stats).await? {
+                            return Ok(());
+                        }
+                        continue;
+                    }
+                    Some(cmd) = next_resize(&mut resizes) => {
+                        if !resize(&writer, &mut flight, cmd, &acks, &*stats).await? {
                             return Ok(());
                         }
                         continue;
@@ -774,6 +784,47 @@ pub async fn apply_loop(
         }
         group.finish();
         flight.push(&writer, group);
+    }
+}
+
+/// The next replica-count step, never when there is no channel (or it closed).
+async fn next_resize(rx: &mut Option<mpsc::Receiver<crate::replicas::task::CountCommand>>) -> Option<crate::replicas::task::CountCommand> {
+    match rx {
+        Some(r) => match r.recv().await {
+            Some(c) => Some(c),
+            None => {
+                *rx = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// Take a replica-count step (`crate::replicas`, "How a count changes without readers
+/// noticing"): the key's changes mapped from now on write the new count; the groups in flight,
+/// mapped with the old one, are finished first; then the copies, announcements or removals
+/// run, so none of them races a change of the key. `false` when the checkpoint task stopped;
+/// a lost lease ends the tenure, any other failure goes back to the leader's task, which tries
+/// the step again.
+async fn resize(
+    writer: &Writer,
+    flight: &mut InFlight,
+    cmd: crate::replicas::task::CountCommand,
+    acks: &mpsc::Sender<Pending>,
+    stats: &dyn ApplyStats,
+) -> Result<bool, Error> {
+    writer.mapper.counts().set(&cmd.key, cmd.op.after(cmd.min));
+    if !drain(writer, flight, acks, stats).await? {
+        return Ok(false);
+    }
+    let r = crate::replicas::task::apply(&writer.redis, &writer.source_name, writer.fencing_token, &cmd.key, cmd.op).await;
+    match r {
+        Err(e @ Error::Transient(crate::error::TransientError::LeaseLost { .. })) => Err(e),
+        r => {
+            let _ = cmd.done.send(r);
+            Ok(true)
+        }
     }
 }
 

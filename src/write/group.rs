@@ -262,7 +262,7 @@ mod tests {
     use std::sync::Arc;
 
     fn ch(key: &str, op: Op, payload: &str) -> KeyChange {
-        KeyChange { key: key.into(), op, table: Arc::from("db.t"), payload: Some(payload.into()), replicas: 1, ttl_secs: 0 }
+        KeyChange { key: key.into(), op, table: Arc::from("db.t"), payload: Some(payload.into()), replicas: 1, count: 1, ttl_secs: 0 }
     }
 
     /// Chunked, the index keeps exactly what one collapse of the whole transaction keeps.

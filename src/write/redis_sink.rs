@@ -251,7 +251,17 @@ impl RedisConn {
     ///
     /// Cost: one full `SCAN` of the keyspace per template (TRUNCATE is rare; the writes are
     /// batched `KEY_CONCURRENCY` keys at a time).
-    pub async fn invalidate_template(&self, template: &KeyTemplate, replicas: u32, table: &Arc<str>, w: &WriteCtx) -> Result<u64, Error> {
+    ///
+    /// `replicas` is the mapping's setting; with an adaptive one, `counts` (the mapping's) gives
+    /// each key the count it has now.
+    pub async fn invalidate_template(
+        &self,
+        template: &KeyTemplate,
+        replicas: crate::config::Replicas,
+        counts: Option<&Mapper>,
+        table: &Arc<str>,
+        w: &WriteCtx,
+    ) -> Result<u64, Error> {
         let pattern = format!("{}:ver", template.glob());
         // Each logical key once, sorted (the order the writes go in, 4096 keys at a time).
         let mut keys: Vec<String> =
@@ -262,7 +272,10 @@ impl RedisConn {
         for chunk in keys.chunks(4096) {
             let changes: Vec<KeyChange> = chunk
                 .iter()
-                .map(|k| KeyChange { key: k.clone(), op: Op::Update, table: table.clone(), payload: None, replicas, ttl_secs: 0 })
+                .map(|k| {
+                    let (replicas, count) = counts.map_or((replicas.min, replicas.min), |m| m.count_of(k, replicas));
+                    KeyChange { key: k.clone(), op: Op::Update, table: table.clone(), payload: None, replicas, count, ttl_secs: 0 }
+                })
                 .collect();
             self.apply_all(&changes, w).await?;
         }
@@ -283,7 +296,7 @@ impl RedisConn {
             let Some((name, templates, replicas)) = mapper.templates_of(table) else { continue };
             let table_arc: Arc<str> = Arc::from(name);
             for t in templates {
-                let n = self.invalidate_template(t, replicas, &table_arc, w).await?;
+                let n = self.invalidate_template(t, replicas, Some(mapper), &table_arc, w).await?;
                 tracing::info!(table = %name, template = %t, keys = n, position = %w.position, "table-wide DDL: every key of the template marked stale");
                 done.push((name, t));
             }
@@ -342,7 +355,8 @@ fn scripts() -> &'static Scripts {
     })
 }
 
-/// ARGV of the replica script for `ch`: position, fencing token, kind, payload, TTL ms.
+/// ARGV of the replica script for `ch`: position, fencing token, kind, payload, TTL ms (the
+/// count is pushed by [`push_replica_args`]).
 fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombstone_ttl_ms: u64) -> (u64, u64, &'static str, &str, u64) {
     match (&ch.payload, ch.op) {
         (_, Op::Delete) => (pos.0, fencing_token, "del", "", tombstone_ttl_ms),
@@ -355,7 +369,7 @@ fn replica_args(ch: &KeyChange, pos: FencePosition, fencing_token: u64, tombston
 /// Append the replica script's ARGV for `ch` at `pos` to `cmd`.
 fn push_replica_args(cmd: &mut redis::Cmd, ch: &KeyChange, pos: FencePosition, w: &WriteCtx) {
     let (p, token, kind, payload, ttl) = replica_args(ch, pos, w.fencing_token, w.tombstone_ttl_ms);
-    cmd.arg(p).arg(token).arg(kind).arg(payload).arg(ttl);
+    cmd.arg(p).arg(token).arg(kind).arg(payload).arg(ttl).arg(ch.count.max(1));
 }
 
 /// One reply of a batch as `T`; an error reply or a reply of another shape is classified per
@@ -378,7 +392,15 @@ mod tests {
     use super::*;
 
     fn ch(key: &str, op: Op, payload: Option<&str>) -> KeyChange {
-        KeyChange { key: key.into(), op, table: std::sync::Arc::from("db.t"), payload: payload.map(String::from), replicas: 1, ttl_secs: 0 }
+        KeyChange {
+            key: key.into(),
+            op,
+            table: std::sync::Arc::from("db.t"),
+            payload: payload.map(String::from),
+            replicas: 1,
+            count: 1,
+            ttl_secs: 0,
+        }
     }
 
     #[test]

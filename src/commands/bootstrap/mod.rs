@@ -108,6 +108,7 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
     let redis = RedisConn::connect(&cfg.redis).await?;
     let renamed = checkpoint_renames(cfg, &redis).await?;
     let mut scanner = Scanner::open(cfg, &mappings, &renamed).await?;
+    crate::replicas::counts::load_for(&scanner.mapper, &redis, &cfg.source.name).await?;
     let kafka =
         if args.publish && !args.dry_run { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("bootstrap"))) } else { None };
     let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
@@ -121,6 +122,7 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
         source_name: Arc::from(cfg.source.name.as_str()),
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::snapshot_writes(args.dry_run, args.publish, fencing_token_key),
+        resizes: None,
     };
     let store = ProgressStore::new(redis, &cfg.source.name);
     tracing::info!(tables = ?mappings.iter().map(|m| &m.table).collect::<Vec<_>>(), dry_run = args.dry_run, publish = args.publish, rate = ?args.rate, "bootstrap starting");

@@ -62,8 +62,14 @@ pub struct KeyReport {
     pub template: String,
     /// `write-through` or `invalidate`.
     pub mode: &'static str,
-    /// Suffix replicas per key (the mapping's `replicas`).
+    /// Suffix replicas of this key now: the mapping's `replicas`, or with an adaptive mapping
+    /// the count the leader gave the key (`crate::replicas`).
     pub replica_count: u32,
+    /// The mapping's setting: `8`, or `1..=16` for an adaptive one.
+    pub replica_setting: String,
+    /// Why the key has `replica_count` copies (adaptive mappings): the leader's reason, with
+    /// the fleet read rate it saw; `None` for a static count or a key at its `min`.
+    pub replica_count_why: Option<String>,
     /// The version token.
     pub version: NodeReport,
     /// The suffix replicas, `K:r0` first.
@@ -137,15 +143,29 @@ pub async fn inspect(cfg: &Config, args: &InspectCli) -> Result<Inspection, Erro
         }
     };
     let (row, changes, row_source) = read_row(cfg, &redis, &mapping, &resolver, key.as_ref(), &args.pk).await?;
-    let keys: Vec<KeyChange> = match &key {
+    let mut keys: Vec<KeyChange> = match &key {
         Some((k, _, _)) => vec![changes.iter().find(|c| c.key == *k).cloned().unwrap_or_else(|| delete_change(&mapping, k))],
         None => changes,
     };
+    // Adaptive mappings: each key's count as the leader stored it.
+    let stored: std::collections::HashMap<String, crate::replicas::counts::Stored> = if mapping.replicas.is_adaptive() {
+        crate::replicas::counts::load(&redis, &cfg.source.name).await?.into_iter().collect()
+    } else {
+        Default::default()
+    };
+    for c in &mut keys {
+        match stored.get(&c.key) {
+            Some(s) => (c.replicas, c.count) = (s.w.max(s.n), s.n),
+            None => (c.replicas, c.count) = (mapping.replicas.min, mapping.replicas.min),
+        }
+    }
     let states = redis.read_key_states(&keys.iter().map(|c| (c.key.as_str(), c.replicas)).collect::<Vec<_>>()).await?;
     let topo = Topology::read(&redis, &topology::host_port(cfg.redis.urls.first().map(String::as_str).unwrap_or_default())).await?;
     let mut reports = Vec::with_capacity(keys.len());
     for (c, state) in keys.iter().zip(states) {
-        reports.push(key_report(&redis, &topo, &mapping, c, &state, row.is_some() || !row_source.starts_with("not read")).await?);
+        let mut report = key_report(&redis, &topo, &mapping, c, &state, row.is_some() || !row_source.starts_with("not read")).await?;
+        report.replica_count_why = stored.get(&c.key).map(|s| format!("{} (fleet reads {:.0}/s when decided)", s.why, s.reads_per_sec));
+        reports.push(report);
     }
     Ok(Inspection { keys: reports, row: row.map(|r| serde_json::Value::Object(r.row)), row_source })
 }
@@ -227,7 +247,8 @@ fn delete_change(m: &MappingConfig, key: &str) -> KeyChange {
         op: binval_protocol::Op::Delete,
         table: m.table.as_str().into(),
         payload: None,
-        replicas: m.replicas,
+        replicas: m.replicas.min,
+        count: m.replicas.min,
         ttl_secs: m.ttl_secs,
     }
 }
@@ -280,6 +301,8 @@ async fn key_report(
             .unwrap_or_default(),
         mode: if m.mode == MappingMode::WriteThrough { "write-through" } else { "invalidate" },
         replica_count: c.replicas,
+        replica_setting: m.replicas.to_string(),
+        replica_count_why: None,
         version,
         replicas,
         agree: findings.is_empty(),

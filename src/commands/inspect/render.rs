@@ -42,6 +42,10 @@ pub fn table(ins: &Inspection) -> String {
 
 fn key(out: &mut String, k: &KeyReport) {
     let _ = writeln!(out, "key            {} ({}, template {}, {}, {} replicas)", k.key, k.table, k.template, k.mode, k.replica_count);
+    if k.replica_setting.contains("..") {
+        let why = k.replica_count_why.as_deref().unwrap_or("at the mapping's min: no fleet read rate above the budget");
+        let _ = writeln!(out, "replica count  {} of {} (adaptive): {why}", k.replica_count, k.replica_setting);
+    }
     let v = &k.version;
     let _ = writeln!(
         out,

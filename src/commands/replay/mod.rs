@@ -353,6 +353,7 @@ async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis
     let kafka = if args.dry_run { None } else { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("replay"))) };
     let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
     let fencing_token = current_fencing_token(&redis, &fencing_token_key).await?;
+    crate::replicas::counts::load_for(&mapper, &redis, &cfg.source.name).await?;
     Ok(Writer {
         mapper,
         redis,
@@ -363,6 +364,7 @@ async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis
         source_name: Arc::from(cfg.source.name.as_str()),
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::replay(args.dry_run, args.rate, fencing_token_key),
+        resizes: None,
     })
 }
 

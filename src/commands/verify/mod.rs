@@ -215,6 +215,7 @@ pub async fn run(cfg: &Config, args: &VerifyCli, sink: &mut LineSink, shutdown: 
     let redis = RedisConn::connect(&cfg.redis).await?;
     let renamed = super::bootstrap::checkpoint_renames(cfg, &redis).await?;
     let scanner = Scanner::open(cfg, &mappings, &renamed).await?;
+    crate::replicas::counts::load_for(&scanner.mapper, &redis, &cfg.source.name).await?;
     let summary = VerifySummary {
         tables: scanner.tables.iter().map(|t| TableCounts { table: t.table.to_string(), ..TableCounts::default() }).collect(),
         sample_pct: args.sample,
@@ -298,6 +299,7 @@ async fn repair_writer(cfg: &Config, ctx: &Ctx<'_>) -> Result<Writer, Error> {
         source_name: Arc::from(cfg.source.name.as_str()),
         max_group_rows: cfg.apply.max_group_rows,
         options: ApplyOptions::snapshot_writes(false, true, fencing_token_key),
+        resizes: None,
     })
 }
 

@@ -1,0 +1,188 @@
+//! From a key's fleet read rate to its replica count.
+//!
+//! # The rule
+//!
+//! A key read at `R` reads/s over the fleet should not give any master more than
+//! `read_budget_per_master` of them. Reads of a key are spread evenly over the masters that
+//! hold one of its replicas (master-balanced reads, `binval_protocol::placement`), so the key
+//! needs `m = ceil(R / budget)` masters, at most every master of the Cluster. Its count is the
+//! smallest `n` in `min..=max` whose replicas `0..n` cover `m` masters (slots are random: 8
+//! replicas land on 3 masters 4/2/2 as easily as 3/3/2, so the count is chosen from the real
+//! slot map, not as `m`). A key that needs one master stays at `min`. On standalone Redis (one
+//! server) the count is `m`, within `min..=max`: it spreads nothing, but the same config works
+//! on both.
+//!
+//! # Hysteresis
+//!
+//! A key grows as soon as its rate needs more copies than it has: a hot key must spread within
+//! seconds. It shrinks only when `R × shrink_headroom` fits a smaller count, and has fitted it
+//! for `cool_down_secs` without a break; then it goes to that smaller count (announced first,
+//! see `resize`). A key that is no longer reported reads at 0. A pin
+//! (`[[adaptive.pin]]`) fixes the count.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::AdaptiveConfig;
+use crate::config::Replicas;
+
+/// The count a key read at `rate` needs, per the module rule. `covered(n)` is the number of
+/// distinct masters holding replicas `0..n` of the key; `masters` the masters of the Cluster
+/// (1 for standalone Redis).
+///
+/// ```
+/// use binval::config::Replicas;
+/// use binval::replicas::decide::needed;
+/// let r = Replicas { min: 1, max: 16 };
+/// // 3 masters; replica i on master i % 3.
+/// let covered = |n: u32| (n as usize).min(3);
+/// assert_eq!(needed(10_000.0, 50_000.0, r, 3, covered), 1);
+/// assert_eq!(needed(120_000.0, 50_000.0, r, 3, covered), 3);
+/// assert_eq!(needed(1e9, 50_000.0, r, 3, covered), 3); // every master is enough
+/// ```
+pub fn needed(rate: f64, budget: f64, r: Replicas, masters: usize, covered: impl Fn(u32) -> usize) -> u32 {
+    let m = (rate / budget).ceil().max(1.0);
+    if m <= 1.0 {
+        return r.min;
+    }
+    if masters <= 1 {
+        return (m.min(f64::from(r.max)) as u32).clamp(r.min, r.max);
+    }
+    let want = (m as usize).min(masters);
+    (r.min.max(2)..=r.max).find(|&n| covered(n) >= want).unwrap_or(r.max)
+}
+
+/// A count change the leader decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The new count.
+    pub to: u32,
+    /// Why, in words (`binval inspect`, `binval status`, the log).
+    pub why: String,
+}
+
+/// The hysteresis state of every key the leader has seen (module docs).
+#[derive(Debug, Default)]
+pub struct Decider {
+    /// Since when each key has needed fewer copies than it has.
+    low_since: HashMap<String, Instant>,
+}
+
+impl Decider {
+    /// The change, if any, for `key` of a mapping with `r`, now at `current` copies, read at
+    /// `rate` reads/s over the fleet. `covered` and `masters` as for [`needed`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        cfg: &AdaptiveConfig,
+        key: &str,
+        r: Replicas,
+        current: u32,
+        rate: f64,
+        masters: usize,
+        covered: impl Fn(u32) -> usize + Copy,
+        now: Instant,
+    ) -> Option<Decision> {
+        if let Some(pin) = cfg.pin_of(key) {
+            self.low_since.remove(key);
+            return (pin != current).then(|| Decision { to: pin, why: format!("pinned to {pin} by [[adaptive.pin]]") });
+        }
+        let budget = cfg.read_budget_per_master;
+        let up = needed(rate, budget, r, masters, covered);
+        if up > current {
+            self.low_since.remove(key);
+            return Some(Decision { to: up, why: why(rate, budget, up, masters, covered) });
+        }
+        let down = needed(rate * cfg.shrink_headroom, budget, r, masters, covered);
+        if down >= current {
+            self.low_since.remove(key);
+            return None;
+        }
+        let since = *self.low_since.entry(key.to_string()).or_insert(now);
+        if now.duration_since(since) < Duration::from_secs(cfg.cool_down_secs) {
+            return None;
+        }
+        self.low_since.remove(key);
+        Some(Decision {
+            to: down,
+            why: format!(
+                "cooled: fleet reads {rate:.0}/s (x{} headroom) fit {down} copies for {} s",
+                cfg.shrink_headroom, cfg.cool_down_secs
+            ),
+        })
+    }
+
+    /// Forget the hysteresis state of keys not in `keep`.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.low_since.retain(|k, _| keep(k));
+    }
+}
+
+fn why(rate: f64, budget: f64, n: u32, masters: usize, covered: impl Fn(u32) -> usize) -> String {
+    let m = (rate / budget).ceil() as usize;
+    if masters <= 1 {
+        return format!("fleet reads {rate:.0}/s over a budget of {budget:.0}/s per master: {n} copies (standalone Redis: one master)");
+    }
+    format!(
+        "fleet reads {rate:.0}/s over a budget of {budget:.0}/s per master need {} of {masters} masters: {n} copies cover {}",
+        m.min(masters),
+        covered(n)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> AdaptiveConfig {
+        AdaptiveConfig { cool_down_secs: 10, ..AdaptiveConfig::default() }
+    }
+    const R: Replicas = Replicas { min: 1, max: 16 };
+    fn cov(n: u32) -> usize {
+        (n as usize).min(3)
+    }
+
+    #[test]
+    fn grows_at_once_and_shrinks_after_the_cool_down() {
+        let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now());
+        assert_eq!(d.step(&c, "k", R, 1, 1_000.0, 3, cov, t0), None);
+        let g = d.step(&c, "k", R, 1, 120_000.0, 3, cov, t0).unwrap();
+        assert_eq!(g.to, 3);
+        assert!(g.why.contains("120000"), "{}", g.why);
+        // Still hot, then at the edge: 40k x 1.5 = 60k needs 2 masters: no shrink below 2.
+        assert_eq!(d.step(&c, "k", R, 3, 120_000.0, 3, cov, t0), None);
+        assert_eq!(d.step(&c, "k", R, 3, 40_000.0, 3, cov, t0 + Duration::from_secs(1)), None);
+        assert_eq!(d.step(&c, "k", R, 3, 40_000.0, 3, cov, t0 + Duration::from_secs(12)).unwrap().to, 2);
+        // Idle: waits the cool-down from the first idle step, any rise resets it.
+        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(20)), None);
+        assert_eq!(d.step(&c, "k", R, 2, 45_000.0, 3, cov, t0 + Duration::from_secs(25)), None);
+        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(26)), None);
+        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(35)), None);
+        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(36)).unwrap().to, 1);
+    }
+
+    #[test]
+    fn the_count_covers_the_masters_the_rate_needs() {
+        // Replicas 0..4 on master 0, the rest spread: covering 3 masters needs 6.
+        let skewed = |n: u32| match n {
+            0..=4 => 1,
+            5 => 2,
+            _ => 3,
+        };
+        assert_eq!(needed(150_000.0, 50_000.0, R, 3, skewed), 6);
+        assert_eq!(needed(90_000.0, 50_000.0, R, 3, skewed), 5);
+        assert_eq!(needed(150_000.0, 50_000.0, Replicas { min: 1, max: 4 }, 3, skewed), 4, "at most max");
+        assert_eq!(needed(150_000.0, 50_000.0, Replicas { min: 4, max: 16 }, 1, cov), 4, "standalone: at least min");
+        assert_eq!(needed(150_000.0, 50_000.0, R, 1, cov), 3, "standalone: the masters' worth");
+    }
+
+    #[test]
+    fn pins_win() {
+        let mut c = cfg();
+        c.pin.push(super::super::Pin { key: None, prefix: Some("item:".into()), replicas: 8 });
+        let mut d = Decider::default();
+        assert_eq!(d.step(&c, "item:1", R, 1, 0.0, 3, cov, Instant::now()).unwrap().to, 8);
+        assert_eq!(d.step(&c, "item:1", R, 8, 1e9, 3, cov, Instant::now()), None);
+        assert_eq!(d.step(&c, "user:1", R, 1, 0.0, 3, cov, Instant::now()), None);
+    }
+}

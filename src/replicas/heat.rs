@@ -1,0 +1,59 @@
+//! The fleet's heat reports (`binval_protocol::adaptive`, "Heat reports"): every app instance
+//! writes its most-read keys with their read rates into one of sixteen hashes; the leader
+//! reads all sixteen and sums each key's rate over the reports that are recent enough.
+
+use std::collections::HashMap;
+
+use binval_protocol::adaptive::{heat_bucket_key, HeatReport, HEAT_BUCKETS};
+
+use crate::error::{classify_redis, Error};
+use crate::redis_conn::RedisConn;
+
+/// The fleet's read rates, summed per key.
+#[derive(Debug, Default, Clone)]
+pub struct FleetHeat {
+    /// Logical key -> reads/s over every instance whose report counted.
+    pub rates: HashMap<String, f64>,
+    /// Reports counted (instances reporting).
+    pub instances: usize,
+    /// Report fields that did not parse, as `(hash, field, reason)` (logged by the caller).
+    pub bad: Vec<(String, String, String)>,
+}
+
+/// Read the sixteen heat hashes and sum the rates of the reports made at or after
+/// `now_ms - max_age_ms`. Fields older than `10 × max_age_ms` (instances that stopped without
+/// removing theirs) are deleted. Errors: the Redis error of a hash that could not be read,
+/// naming it.
+pub async fn read(redis: &RedisConn, now_ms: u64, max_age_ms: u64) -> Result<FleetHeat, Error> {
+    let mut heat = FleetHeat::default();
+    let mut c = redis.clone();
+    for b in 0..HEAT_BUCKETS {
+        let key = heat_bucket_key(b);
+        let fields: HashMap<String, Vec<u8>> = c.query(redis::cmd("HGETALL").arg(&key)).await.map_err(|e| classify_redis(e, &key))?;
+        let mut stale = Vec::new();
+        for (instance, raw) in fields {
+            let report = match HeatReport::parse(&raw) {
+                Ok(r) => r,
+                Err(reason) => {
+                    heat.bad.push((key.clone(), instance, reason));
+                    continue;
+                }
+            };
+            if report.at_ms.saturating_add(max_age_ms.saturating_mul(10)) < now_ms {
+                stale.push(instance);
+                continue;
+            }
+            if report.at_ms.saturating_add(max_age_ms) < now_ms {
+                continue;
+            }
+            heat.instances += 1;
+            for (k, rate) in report.keys {
+                *heat.rates.entry(k).or_default() += rate;
+            }
+        }
+        if !stale.is_empty() {
+            let _: Result<(), _> = c.query(redis::cmd("HDEL").arg(&key).arg(&stale)).await;
+        }
+    }
+    Ok(heat)
+}
