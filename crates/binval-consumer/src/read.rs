@@ -423,3 +423,47 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::NextRead;
+
+    /// Drive [`NextRead`] as `read_replicas` does: every read answers "missing without a
+    /// position" (the worst case), `master` gives each replica's master; returns the replicas
+    /// read in order.
+    fn all_missing(order: Vec<u32>, bound: usize, extra: bool, master: impl Fn(u32) -> usize, several: bool) -> Vec<u32> {
+        let mut next = NextRead::new(order, bound, extra);
+        let mut masters = std::collections::HashSet::new();
+        while let Some(i) = next.peek(several && masters.len() == 1) {
+            next.take(i);
+            masters.insert(master(i));
+            if i != 0 {
+                next.zero_due = true;
+            }
+        }
+        next.read
+    }
+
+    #[test]
+    fn a_missing_replica_sends_the_next_read_to_replica_zero() {
+        // Replicas 0..4 on two masters: 0, 1 on master 0; 2, 3 on master 1.
+        let m = |i: u32| usize::from(i >= 2);
+        // Bound 2, first read on master 1: replica 0 next (it is on the other master): 2 reads.
+        assert_eq!(all_missing(vec![3, 1, 2, 0], 2, true, m, true), [3, 0]);
+        // First read on replica 0's own master: replica 0, then one read on the other master.
+        assert_eq!(all_missing(vec![1, 3, 0, 2], 2, true, m, true), [1, 0, 3]);
+        // Replica 0 first: no fallback, the order's next (another master).
+        assert_eq!(all_missing(vec![0, 2, 1, 3], 2, true, m, true), [0, 2]);
+        // Bound 1: replica 0 is the one read past it.
+        assert_eq!(all_missing(vec![3, 1, 2, 0], 1, true, m, true), [3, 0]);
+        assert_eq!(all_missing(vec![1, 3, 0, 2], 1, true, m, true), [1, 0]);
+        // A key confirmed missing: one read, no extra.
+        assert_eq!(all_missing(vec![3, 1, 2, 0], 1, false, m, true), [3]);
+        // Standalone (one master): replica 0, no second-master read.
+        assert_eq!(all_missing(vec![2, 1, 3, 0], 2, true, |_| 0, false), [2, 0]);
+        // Replica 0 left out of the order (source lag): never read.
+        assert_eq!(all_missing(vec![3, 1, 2], 2, true, m, true), [3, 1]);
+        // A larger bound: replica 0 right after the first missing one, then the order.
+        assert_eq!(all_missing(vec![1, 3, 0, 2], 3, true, m, true), [1, 0, 3]);
+    }
+}
