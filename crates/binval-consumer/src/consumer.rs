@@ -16,8 +16,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, oneshot};
 use tracing::warn;
 
+use crate::counts::ReplicaCounts;
 use crate::error::ConsumerError;
 use crate::front;
+use crate::heat::Background;
 use crate::hot::HotKey;
 use crate::loader::LoaderFn;
 use crate::redis_conn::RedisConn;
@@ -106,9 +108,13 @@ pub struct Consumer {
 pub(crate) struct Inner {
     pub(crate) shared: Arc<Shared>,
     pub(crate) redis: RedisConn,
-    pub(crate) default_replicas: u32,
-    /// Sorted longest prefix first.
-    pub(crate) prefix_replicas: Vec<(String, u32)>,
+    /// The replica count of each key: configured, learned from the records and the hot set
+    /// (`counts.rs`).
+    pub(crate) counts: Arc<ReplicaCounts>,
+    /// The heat reports and hot-set refresh task (`heat.rs`); stopped by shutdown or drop.
+    pub(crate) background: Background,
+    /// This instance's id in its heat reports ([`ConsumerBuilder::instance_id`]).
+    pub(crate) instance_id: String,
     pub(crate) mode: CacheMode,
     pub(crate) loader: Option<LoaderFn>,
     pub(crate) loader_timeout: Duration,
@@ -170,12 +176,14 @@ impl Consumer {
     /// loader value).
     ///
     /// A local cache hit returns at once (a cached "no row" too). A miss reads
-    /// `HMGET K:r{i} d t p` of one replica, chosen master-balanced (a master uniformly among
+    /// `HMGET K:r{i} d t p n` of one replica, chosen master-balanced (a master uniformly among
     /// those holding one of the key's replicas, then a replica on it): a value is the answer,
     /// cached at the replica's position `p`; a tombstone means the row was deleted (`None`,
     /// cached at its position; no other replica or loader is asked); a missing replica sends
-    /// the fill to a replica on another master, at most
-    /// [`ConsumerBuilder::max_replica_reads`] reads in all (default 2), then to the loader if
+    /// the fill to replica 0 if it was not read yet (it exists whenever the key does: see
+    /// "Adaptive replica counts" in the crate docs), else to a replica on another master, at
+    /// most [`ConsumerBuilder::max_replica_reads`] reads in all (default 2; one more for
+    /// replica 0 if need be), then to the loader if
     /// one is set ([`ConsumerBuilder::loader`]), else `None`, cached for
     /// [`ConsumerBuilder::missing_ttl`] (default 1 s). Nothing is cached when the cache mode,
     /// the fill-race guard or the fail-safe forbids it. Each Redis read is bounded by the
@@ -327,10 +335,32 @@ impl Consumer {
         }
     }
 
-    /// The replica count N used for `key`: the longest matching
+    /// The replica count N a fill of `key` uses now (its replicas `K:r0..K:r{N-1}` are where
+    /// its reads spread): the count the key's records last said (field `n`, see "Adaptive
+    /// replica counts" in the crate docs), else its hot-set entry (`binval:hot`, loaded at
+    /// start), else the configured one — the longest matching
     /// [`ConsumerBuilder::replicas_for_prefix`], else [`ConsumerBuilder::replicas`].
     pub fn replicas_for(&self, key: &str) -> u32 {
-        self.inner.prefix_replicas.iter().find(|(p, _)| key.starts_with(p.as_str())).map_or(self.inner.default_replicas, |(_, n)| *n)
+        self.inner.counts.count(key)
+    }
+
+    /// The same as [`Consumer::replicas_for`]: what this reader would use for `key` now, for
+    /// tests and operators (e.g. after `binval` grew a hot key: 8 once a record said so).
+    ///
+    /// ```no_run
+    /// # async fn f(consumer: binval_consumer::Consumer) -> Result<(), binval_consumer::ConsumerError> {
+    /// consumer.get("item:detail:6666").await?;
+    /// println!("item:detail:6666 is read over {} suffix replicas", consumer.replica_count("item:detail:6666"));
+    /// # Ok(()) }
+    /// ```
+    pub fn replica_count(&self, key: &str) -> u32 {
+        self.inner.counts.count(key)
+    }
+
+    /// This instance's id: the field of its heat report in `binval:heat:{b}`
+    /// ([`ConsumerBuilder::instance_id`]; default `<hostname>-<pid>-<random hex>`).
+    pub fn instance_id(&self) -> &str {
+        &self.inner.instance_id
     }
 
     /// The version the local cache holds `key` at, if it holds it (a value, or a cached "no
@@ -388,9 +418,13 @@ impl Consumer {
         self.inner.shared.notices.subscribe()
     }
 
-    /// A snapshot of the counters (since `build()`).
+    /// A snapshot of the counters (since `build()`), and the number of learned replica
+    /// counts now (which also sets its gauge).
     pub fn stats(&self) -> Stats {
-        self.inner.shared.counters.snapshot()
+        let mut s = self.inner.shared.counters.snapshot();
+        s.learned_counts = self.inner.counts.entries();
+        self.inner.shared.counters.learned_counts(s.learned_counts);
+        s
     }
 
     /// `true` while `get` may serve from and fill into the local cache; `false` while the
@@ -434,13 +468,16 @@ impl Consumer {
         &self.inner.topic
     }
 
-    /// Stop the listener and wait for it and librdkafka's teardown, at most the shutdown
-    /// timeout (default 5 s; teardown that takes longer is abandoned with a warning). Afterwards
-    /// `get` still works but reads Redis every time; once binval's progress messages counted,
-    /// none is received any more, so after [`ConsumerBuilder::max_staleness`] reads follow
-    /// [`ConsumerBuilder::on_source_behind`]. Calling it again returns at once.
+    /// Stop the heat reports (removing this instance's report from its heat hash, see
+    /// [`ConsumerBuilder::heat_reports`]) and the listener, and wait for them and librdkafka's
+    /// teardown, each at most the shutdown timeout (default 5 s; teardown that takes longer is
+    /// abandoned with a warning). Afterwards `get` still works but reads Redis every time; once
+    /// binval's progress messages counted, none is received any more, so after
+    /// [`ConsumerBuilder::max_staleness`] reads follow [`ConsumerBuilder::on_source_behind`].
+    /// Calling it again returns at once.
     pub async fn shutdown(&self) {
         let inner = &*self.inner;
+        inner.background.stop(inner.shutdown_timeout).await;
         inner.stop.store(true, SeqCst);
         // For good: the lag checker may still be running and must not resume local serving.
         inner.shared.fail_safe.end(&inner.shared);

@@ -22,6 +22,26 @@
 //! the current window already elapsed (the usual sliding-window-counter approximation), and
 //! its rate is that divided by `window`. When `cur` is a full window old, it becomes `prev`.
 //!
+//! # The short window of heat reports
+//!
+//! binval's leader spreads a key within two seconds of its rise only if the heat reports
+//! (`heat.rs`) follow a step in about one: a 10 s window takes 10 s to show a key that went
+//! from idle to 30,000 reads/s (the sliding estimate grows linearly over the window). So the
+//! same reads are also counted in a second pair of summaries over [`SHORT_WINDOW`] (150 ms).
+//! Their rate is not the sliding estimate (which smears a step over two windows and shows
+//! only two thirds of it after one) but the larger of the last complete short window's rate
+//! and the current one's so far (divided by at least half a window, so a few reads at its
+//! start do not extrapolate). A step then shows in full within 1.25 short windows (190 ms),
+//! and a report gives each key the larger of that and its hot-window rate
+//! ([`HotKeys::heat`]), both guaranteed rates (the sketch's lower bound).
+//!
+//! A short window's count is used only when it holds at least [`SHORT_MIN_SAMPLES`] samples
+//! (by default 16 reads each): below that its noise would make the larger-of-two rate
+//! overstate keys read at a modest rate, in every instance alike, and binval's leader sums
+//! the reports of the fleet. So the fast path covers keys this instance reads at a few
+//! thousand reads per second and up (the step that must spread within 2 s); keys read more
+//! slowly follow the hot-key window.
+//!
 //! # Sampling
 //!
 //! Counting takes a mutex. To keep a local hit cheap under contention, only every
@@ -117,10 +137,83 @@ impl SpaceSaving {
     }
 }
 
-struct Windows {
+/// Length of the short window (see "The short window of heat reports").
+pub(crate) const SHORT_WINDOW: Duration = Duration::from_millis(150);
+
+/// Samples a short window must hold for its rate to count (see "The short window of heat
+/// reports").
+pub(crate) const SHORT_MIN_SAMPLES: u64 = 32;
+
+/// Two consecutive windows of one length: `prev` complete, `cur` filling since `cur_start`.
+struct Pair {
     cur: SpaceSaving,
     prev: SpaceSaving,
     cur_start: Instant,
+    len: Duration,
+    capacity: usize,
+}
+
+impl Pair {
+    fn new(len: Duration, capacity: usize, now: Instant) -> Self {
+        Pair { cur: SpaceSaving::new(capacity), prev: SpaceSaving::new(capacity), cur_start: now, len, capacity }
+    }
+
+    fn rotate(&mut self, now: Instant) {
+        let age = now.saturating_duration_since(self.cur_start);
+        if age < self.len {
+            return;
+        }
+        let fresh = SpaceSaving::new(self.capacity);
+        if age >= self.len * 2 {
+            // Nothing was read during a whole window: the previous one is empty too.
+            self.prev = SpaceSaving::new(self.capacity);
+            self.cur = fresh;
+            self.cur_start = now;
+        } else {
+            self.prev = std::mem::replace(&mut self.cur, fresh);
+            self.cur_start += self.len;
+        }
+    }
+
+    /// Fraction of the current window that has elapsed, in `[0, 1]`.
+    fn elapsed_fraction(&self, now: Instant) -> f64 {
+        (now.saturating_duration_since(self.cur_start).as_secs_f64() / self.len.as_secs_f64()).min(1.0)
+    }
+
+    /// (estimated, guaranteed) reads per second of `key` over the last window.
+    fn rates(&self, now: Instant, key: &str) -> (f64, f64) {
+        let keep = 1.0 - self.elapsed_fraction(now);
+        let (c, ce) = self.cur.get(key);
+        let (p, pe) = self.prev.get(key);
+        let secs = self.len.as_secs_f64();
+        let est = c as f64 + p as f64 * keep;
+        let min = (c - ce) as f64 + (p - pe) as f64 * keep;
+        (est / secs, min / secs)
+    }
+
+    /// Guaranteed reads per second of `key` over the recent past (the short window's rate,
+    /// module docs): the larger of the last complete window's and the current one's so far
+    /// (over at least half a window); a window counts only with at least `min_count` reads.
+    fn recent(&self, now: Instant, key: &str, min_count: u64) -> f64 {
+        let (c, ce) = self.cur.get(key);
+        let (p, pe) = self.prev.get(key);
+        let elapsed = now.saturating_duration_since(self.cur_start).max(self.len / 2).as_secs_f64();
+        let cur = if c >= min_count { (c - ce) as f64 / elapsed } else { 0.0 };
+        let prev = if p >= min_count { (p - pe) as f64 / self.len.as_secs_f64() } else { 0.0 };
+        cur.max(prev)
+    }
+
+    /// Every key either summary tracks (once).
+    fn keys(&self) -> impl Iterator<Item = &Arc<str>> {
+        let cur = self.cur.iter_desc().map(|(k, _, _)| k);
+        cur.chain(self.prev.iter_desc().map(|(k, _, _)| k).filter(|k| self.cur.get(k).0 == 0))
+    }
+}
+
+/// The hot-key window and the short window of heat reports.
+struct Windows {
+    long: Pair,
+    short: Pair,
 }
 
 /// Read counter of one instance: sampled, two-window SpaceSaving (see the module docs).
@@ -139,7 +232,10 @@ impl HotKeys {
     pub(crate) fn new(s: HotSettings) -> Self {
         HotKeys {
             s,
-            w: Mutex::new(Windows { cur: SpaceSaving::new(s.capacity), prev: SpaceSaving::new(s.capacity), cur_start: Instant::now() }),
+            w: Mutex::new(Windows {
+                long: Pair::new(s.window, s.capacity, Instant::now()),
+                short: Pair::new(SHORT_WINDOW, s.capacity, Instant::now()),
+            }),
             published: Mutex::new(Vec::new()),
         }
     }
@@ -163,48 +259,51 @@ impl HotKeys {
 
     pub(crate) fn record_weighted(&self, key: &str, weight: u64, now: Instant) {
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        self.rotate(&mut w, now);
-        w.cur.add(key, weight);
+        w.long.rotate(now);
+        w.short.rotate(now);
+        w.long.cur.add(key, weight);
+        w.short.cur.add(key, weight);
     }
 
-    fn rotate(&self, w: &mut Windows, now: Instant) {
-        let age = now.saturating_duration_since(w.cur_start);
-        if age < self.s.window {
-            return;
-        }
-        let fresh = SpaceSaving::new(self.s.capacity);
-        if age >= self.s.window * 2 {
-            // Nothing was read during a whole window: the previous one is empty too.
-            w.prev = SpaceSaving::new(self.s.capacity);
-            w.cur = fresh;
-            w.cur_start = now;
-        } else {
-            w.prev = std::mem::replace(&mut w.cur, fresh);
-            w.cur_start += self.s.window;
-        }
-    }
-
-    /// Fraction of the current window that has elapsed, in `[0, 1]`.
-    fn elapsed_fraction(&self, w: &Windows, now: Instant) -> f64 {
-        (now.saturating_duration_since(w.cur_start).as_secs_f64() / self.s.window.as_secs_f64()).min(1.0)
-    }
-
-    /// (estimated, guaranteed) reads per second of `key` over the last window.
+    /// (estimated, guaranteed) reads per second of `key` over the last hot-key window.
     fn rates(&self, w: &Windows, now: Instant, key: &str) -> (f64, f64) {
-        let keep = 1.0 - self.elapsed_fraction(w, now);
-        let (c, ce) = w.cur.get(key);
-        let (p, pe) = w.prev.get(key);
-        let secs = self.s.window.as_secs_f64();
-        let est = c as f64 + p as f64 * keep;
-        let min = (c - ce) as f64 + (p - pe) as f64 * keep;
-        (est / secs, min / secs)
+        w.long.rates(now, key)
+    }
+
+    /// The keys of a heat report ([`binval_protocol::adaptive::HeatReport`]): at most `top`
+    /// keys whose read rate (reads per second of this instance) is at least `min_rate`, highest
+    /// first; a key's rate is the larger of its guaranteed rates over the hot-key window and
+    /// over the short window (module docs), so a step shows within [`SHORT_WINDOW`].
+    pub(crate) fn heat(&self, top: usize, min_rate: f64) -> Vec<(String, f64)> {
+        self.heat_at(top, min_rate, Instant::now())
+    }
+
+    fn heat_at(&self, top: usize, min_rate: f64, now: Instant) -> Vec<(String, f64)> {
+        let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
+        w.long.rotate(now);
+        w.short.rotate(now);
+        let min_count = SHORT_MIN_SAMPLES * u64::from(self.s.sample_every.max(1));
+        let mut out: HashMap<&Arc<str>, f64> = HashMap::new();
+        for k in w.long.keys().chain(w.short.keys()) {
+            if out.contains_key(k) {
+                continue;
+            }
+            let rate = w.long.rates(now, k).1.max(w.short.recent(now, k, min_count));
+            out.insert(k, rate);
+        }
+        let mut out: Vec<(String, f64)> =
+            out.into_iter().filter(|(_, r)| *r >= min_rate && *r > 0.0).map(|(k, r)| (k.to_string(), r)).collect();
+        drop(w);
+        out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        out.truncate(top);
+        out
     }
 
     /// `true` when `key`'s guaranteed read rate is at or above the threshold.
     pub(crate) fn is_hot(&self, key: &str) -> bool {
         let now = Instant::now();
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        self.rotate(&mut w, now);
+        w.long.rotate(now);
         self.rates(&w, now, key).1 >= self.s.threshold
     }
 
@@ -212,13 +311,8 @@ impl HotKeys {
     pub(crate) fn top(&self, k: usize) -> Vec<HotKey> {
         let now = Instant::now();
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        self.rotate(&mut w, now);
-        let mut keys: Vec<Arc<str>> = w.cur.iter_desc().map(|(k, _, _)| k.clone()).collect();
-        for (k, _, _) in w.prev.iter_desc() {
-            if w.cur.get(k).0 == 0 {
-                keys.push(k.clone());
-            }
-        }
+        w.long.rotate(now);
+        let keys: Vec<Arc<str>> = w.long.keys().cloned().collect();
         let mut out: Vec<HotKey> = keys
             .iter()
             .map(|k| {
@@ -315,7 +409,7 @@ mod tests {
     #[test]
     fn sliding_window_rates_follow_traffic() {
         let h = HotKeys::new(settings(1000, 50.0));
-        let t0 = h.w.lock().unwrap().cur_start;
+        let t0 = h.w.lock().unwrap().long.cur_start;
         for _ in 0..100 {
             h.record_weighted("k", 1, t0 + Duration::from_millis(100));
         }
@@ -369,6 +463,63 @@ mod tests {
                 }
             });
         });
-        assert_eq!(h.w.lock().unwrap().cur.get("k"), (100, 0));
+        assert_eq!(h.w.lock().unwrap().long.cur.get("k"), (100, 0));
+    }
+
+    /// A key that goes from idle to 30,000 reads/s (sampled 1 in 16, as by default) is in a
+    /// heat report at >= 25,000 reads/s from 200 ms after the step on, so with reports 1 s
+    /// apart one of them shows it within 1.2 s whatever their phase; a key read steadily at
+    /// 1,000 reads/s is reported near that rate; a cold one is not reported.
+    #[test]
+    fn heat_follows_a_step_within_a_fifth_of_a_second() {
+        // Steps at several phases of the short windows (150 ms).
+        for step_us in [20_337_000u64, 20_400_000, 20_425_000, 20_474_000, 20_512_500] {
+            heat_after_step(step_us);
+        }
+    }
+
+    fn heat_after_step(step_us: u64) {
+        let h = HotKeys::new(HotSettings { sample_every: 16, ..settings(10_000, 1000.0) });
+        let t0 = {
+            let mut w = h.w.lock().unwrap();
+            let t0 = w.long.cur_start;
+            w.short.cur_start = t0;
+            t0
+        };
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // 20 s of a steady key (1,000 reads/s: a sample of 16 every 16 ms) and a cold one.
+        let steady_every_us = 16_000;
+        let mut next_steady = 0u64;
+        let hot_every_us = 16_000_000 / 30_000; // 30,000 reads/s in samples of 16
+        let mut next_hot = step_us;
+        let mut t = 0u64;
+        while t < step_us + 1_300_000 {
+            t += 5_000;
+            while next_steady <= t {
+                h.record_weighted("steady", 16, at(next_steady));
+                next_steady += steady_every_us;
+            }
+            while t >= step_us && next_hot <= t {
+                h.record_weighted("hot", 16, at(next_hot));
+                next_hot += hot_every_us;
+            }
+            if t.is_multiple_of(500_000) {
+                h.record_weighted("cold", 1, at(t));
+            }
+            let heat = h.heat_at(32, 100.0, at(t));
+            let rate = |k: &str| heat.iter().find(|(key, _)| key == k).map(|(_, r)| *r);
+            assert_eq!(rate("cold"), None, "{heat:?}");
+            if t >= 12_000_000 {
+                let r = rate("steady").unwrap_or(0.0);
+                assert!((800.0..=1400.0).contains(&r), "steady key at {t} us: {r} {heat:?}");
+            }
+            if t >= step_us + 200_000 {
+                let r = rate("hot").unwrap_or(0.0);
+                assert!(r >= 25_000.0, "step at {step_us} us, {} ms after it: {r} reads/s {heat:?}", (t - step_us) / 1000);
+                assert!(r <= 33_000.0, "{r}");
+                assert_eq!(heat[0].0, "hot");
+            }
+        }
+        assert_eq!(h.heat_at(1, 100.0, at(t)).len(), 1, "top bounds the report");
     }
 }

@@ -19,8 +19,8 @@
 //!     .redis_cluster(["redis://10.0.0.1:7001"])       // or .redis_standalone(url)
 //!     .brokers("10.0.0.5:9092")
 //!     .topic("binval.invalidations")
-//!     .replicas(1)                                     // default replica count N
-//!     .replicas_for_prefix("item:detail:", 8)          // longest prefix wins
+//!     .replicas(1)                                     // replica count a key starts with ...
+//!     .replicas_for_prefix("item:detail:", 8)          // ... (longest prefix wins); records correct it
 //!     .max_entries(100_000)                            // local cache bound, entries ...
 //!     .max_bytes(64 << 20)                             // ... and estimated bytes
 //!     .ttl(Duration::from_secs(60))                    // safety-net TTL
@@ -64,6 +64,8 @@
 //! - [Invalidation and the fail safe](#invalidation-and-the-fail-safe): the evict rule, the fill
 //!   race, batches, why no consumer group, the fail safe, the source side (binval's progress
 //!   messages) and what a read does while it is behind.
+//! - [Adaptive replica counts](#adaptive-replica-counts): why a reader needs no count
+//!   configuration, the replica-0 rule, the hot set, heat reports and the ACL they need.
 //! - [Hot-key detection](#hot-key-detection) and what to cache.
 //! - [Bounds](#bounds): entries, bytes, the miss rate limits and the stale fallback.
 //! - [Metrics](#metrics).
@@ -75,7 +77,8 @@
 //! `masters.rs` (reads per master), `state.rs` (what the read path and the listener
 //! share: local cache, fill-race guard, fail-safe flag), `listener.rs` (the invalidation
 //! listener thread), `fail_safe.rs` (the lag checker thread and the fail safe's decision),
-//! `front.rs`, `hot.rs`, and `builder/` (the options, grouped like these
+//! `front.rs`, `hot.rs`, `counts.rs` (the replica counts learned from the records),
+//! `heat.rs` (heat reports and the hot set), and `builder/` (the options, grouped like these
 //! sections).
 //!
 //! # Reading through a hot key
@@ -111,17 +114,20 @@
 //!
 //! A suffix replica `K:rN` is a Redis hash written by binval's version-fenced script
 //! ([`binval_protocol::fence`]): `d` the payload, `p` the fence position of the change, `t` =
-//! `1` for a tombstone (row deleted), `f` the writer's fencing token. The script writes the
-//! record whole, so `d` and `p` always belong to the same change. A fill reads one replica with
-//! `HMGET K:rN d t p` (one call) and finds:
+//! `1` for a tombstone (row deleted), `f` the writer's fencing token, `n` the key's replica
+//! count ("Adaptive replica counts" below). The script writes the record whole, so `d` and `p`
+//! always belong to the same change. A fill reads one replica with `HMGET K:rN d t p n` (one
+//! call) and finds:
 //!
 //! - a value: the answer, cached at that replica's position `p`;
 //! - a tombstone: the row does not exist — `None`, cached at its position `p`, and neither
 //!   another replica nor the loader is asked (the tombstone is newer than anything they could
 //!   say);
-//! - missing (never written, expired, lost): try a replica on another master, at most
-//!   [`ConsumerBuilder::max_replica_reads`] reads in all (default 2), then the loader if one
-//!   is set, else `None`, cached for [`ConsumerBuilder::missing_ttl`] (default 1 s).
+//! - missing (never written, expired, lost, or a replica the key does not have now): replica 0
+//!   next when it was not read yet (it exists whenever the key does), else a replica on another
+//!   master, at most [`ConsumerBuilder::max_replica_reads`] reads in all (default 2; one more
+//!   for replica 0 if need be), then the loader if one is set, else `None`, cached for
+//!   [`ConsumerBuilder::missing_ttl`] (default 1 s).
 //!
 //! The version token `K:ver` (a decimal `u64`, the position of the newest change) is for
 //! binval's writers, `binval replay`, verification and operators; no read of this crate
@@ -482,6 +488,78 @@
 //! evicts every cached key with the template's literal prefix and an older version, and the
 //! fill-race guard refuses older fills of such keys for `fill_guard_ttl`.
 //!
+//! # Adaptive replica counts
+//!
+//! binval keeps a key of an adaptive mapping (`replicas = { min = 1, max = 16 }`) in as many
+//! suffix replicas as the fleet's reads of it need ([`binval_protocol::adaptive`], issue
+//! #23): it grows a hot key's count within about two seconds of its rise and shrinks it when
+//! the key cools. Nothing to call: a reader follows by itself.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), binval_consumer::ConsumerError> {
+//! use std::time::Duration;
+//! let consumer = binval_consumer::Consumer::builder()
+//!     .redis_cluster(["redis://10.0.0.1:7001"])
+//!     .brokers("10.0.0.5:9092")
+//!     .topic("binval.invalidations")
+//!     .instance_id("product-api-7")                   // its heat report's field (default: host-pid-random)
+//!     .heat_report_interval(Duration::from_secs(1))   // default
+//!     .build()
+//!     .await?;                                        // the hot set is loaded by now
+//! consumer.get("item:detail:6666").await?;
+//! println!("read over {} replicas", consumer.replica_count("item:detail:6666"));
+//! # Ok(()) }
+//! ```
+//!
+//! **The count comes from the data.** Every replica record carries the key's current count in
+//! field `n`; each read learns it at once ([`Consumer::replica_count`]), so a key that grew
+//! spreads from the next fill on, and one that shrank stops being read on its removed
+//! replicas. The configured counts ([`ConsumerBuilder::replicas`],
+//! [`ConsumerBuilder::replicas_for_prefix`]) are only where a key starts; a reader needs none
+//! (records of a binval older than adaptive counts carry no `n`: for those the configured
+//! count is still what is used). Only counts that differ from the configured one take an entry
+//! ([`LEARNED_COUNT_ENTRIES`] at most, [`Stats::learned_counts`]).
+//!
+//! **The replica-0 rule.** A read of replica `i > 0` that finds no record at all (never
+//! written, removed by a shrink after its grace period, not yet copied by a grow) sends the
+//! next read of the fill to replica 0, which exists whenever the key exists (every count is at
+//! least 1), before any other replica, one read past [`ConsumerBuilder::max_replica_reads`] if
+//! need be ([`Stats::replica_zero_fallbacks`]). No fill concludes "missing" without replica 0
+//! having answered (a failed read of it is the fill's error, as for any unreachable replica),
+//! so a reader that believes a larger count than binval writes — configured with 16 while
+//! binval writes 8, or still on the count before a shrink — never answers "no row" for an
+//! existing row; one that believes a smaller count spreads less until its next read. When the
+//! source lag leaves replica 0 out (its master is past [`ConsumerBuilder::max_staleness`]) and
+//! the other replicas read are missing, the read follows [`ConsumerBuilder::on_source_behind`]
+//! as if every replica were behind.
+//!
+//! **The hot set.** `binval:hot` (a hash: logical key -> count, kept by binval's leader for
+//! keys spread above 1) is loaded once by `build()` and again every
+//! [`ConsumerBuilder::hot_set_refresh`] (default 30 s), so the first reads of a key that is
+//! already hot spread at once. A record's `n` wins over it. A failure is a warning, never a
+//! failed build ([`Stats::hot_set_load_failures`]); a bad entry is a warning naming the key and
+//! value, and is skipped ([`ConsumerBuilder::hot_set`] turns it off).
+//!
+//! **Heat reports.** How binval's leader knows what the fleet reads: every
+//! [`ConsumerBuilder::heat_report_interval`] (default 1 s) each instance writes its top keys
+//! ([`ConsumerBuilder::heat_report_top_keys`], default 32) read at least
+//! [`ConsumerBuilder::heat_report_min_rate`] times a second (default 100), every `get`
+//! counted, local hits included, as `HSET binval:heat:{b} <instance id> <report JSON>`
+//! ([`binval_protocol::adaptive::HeatReport`]), and removes it at [`Consumer::shutdown`]. The
+//! rates come from hot-key detection, with a 150 ms window besides the hot-key window, so a key
+//! that goes from idle to 30,000 reads/s is reported at its rate within about 0.2 s of the
+//! step (one report later at most); an instance that reads nothing above the minimum writes
+//! nothing. [`Stats::heat_reports_sent`] and [`Stats::heat_reports_failed`] count them; a
+//! failure is logged once per kind and retried at the next interval, never a failed read.
+//!
+//! **The ACL.** Besides `HMGET` on the replicas, an app instance's Redis user needs `HGETALL`
+//! on `binval:hot` and `HSET`, `HDEL` on `binval:heat:*`, e.g. (Redis 7)
+//! `ACL SETUSER app on >PASSWORD resetkeys %R~item:* %R~binval:hot ~binval:heat:*
+//! resetchannels -@all +ping +hmget +hgetall +hset +hdel +cluster|slots`. Without them
+//! everything still reads, and binval's leader does not see this instance's reads
+//! ([`ConsumerBuilder::heat_reports`]`(false)` and [`ConsumerBuilder::hot_set`]`(false)` keep
+//! the logs quiet).
+//!
 //! # Hot-key detection
 //!
 //! [`Consumer::hot_keys`] lists the keys this instance reads most, with their read rates;
@@ -627,11 +705,15 @@
 //! | `binval_consumer_messages_total` | counter | topic messages the listener received, of any kind (one per per-key event, one per batch, progress and bad ones too) |
 //! | `binval_consumer_message_bytes_total` | counter | payload bytes of those messages (after decompression; no keys, headers or framing) |
 //! | `binval_consumer_replica_read_timeouts_total` | counter | replica reads that did not answer within `replica_read_timeout` (the fill then read another master's replica too, when one was left) |
+//! | `binval_consumer_replica_zero_fallbacks_total` | counter | reads of replica 0 made because a replica read before it had no record (the replica-0 rule, "Adaptive replica counts") |
+//! | `binval_consumer_learned_counts` | gauge | keys whose learned replica count differs from the configured one (set every heat report interval and on [`Consumer::stats`]) |
+//! | `binval_consumer_heat_reports_total{outcome}` | counter | heat reports written (`sent`) or not (`failed`: `NOPERM`, timeout, connection; the removal at shutdown too) |
+//! | `binval_consumer_hot_set_load_failures_total` | counter | loads of `binval:hot` (at start, at each refresh) that failed |
 //! | `binval_consumer_hot_keys` | gauge | keys of the top K at or above the threshold |
 //! | `binval_consumer_hot_key_reads_per_sec{key}` | gauge | estimated read rate of each top-K key (0 once it left the top) |
 //! | `binval_consumer_hot_key_rank_reads_per_sec{rank}` | gauge | estimated read rate of the key at rank 1..K of the top K (0 for an empty rank): K series whatever the churn |
 //! | `binval_consumer_partition_lag_messages{partition}` | gauge | messages between the listener's position and the partition's high watermark, at each watermark observation of the fail safe (every quarter of `max_staleness`) |
-//! | `binval_consumer_redis_reads_total{master, command}` | counter | Redis reads of fills per master (`host:port`; Cluster: by the slot map, see below) and `command` (`replica`: `HMGET K:rN d t p` served by the master; `replica_node`: served by one of its replica nodes) |
+//! | `binval_consumer_redis_reads_total{master, command}` | counter | Redis reads of fills per master (`host:port`; Cluster: by the slot map, see below) and `command` (`replica`: `HMGET K:rN d t p n` served by the master; `replica_node`: served by one of its replica nodes) |
 //!
 //! The hot-key gauges are set once per hot-key window by the listener thread and on every
 //! [`Consumer::hot_keys`] call. The `rank` gauge is the bounded view (K series), for
@@ -657,11 +739,13 @@
 pub mod bench_support;
 mod builder;
 mod consumer;
+mod counts;
 mod error;
 mod fail_safe;
 mod front;
 #[doc(hidden)]
 pub mod fuzzing;
+mod heat;
 mod hot;
 mod listener;
 mod loader;
@@ -678,6 +762,7 @@ mod stats;
 pub use binval_security::{KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings};
 pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer, Flagged, OnSourceBehind, Stale};
+pub use counts::LEARNED_COUNT_ENTRIES;
 pub use error::ConsumerError;
 pub use hot::HotKey;
 pub use listener::{decode_batch, decode_message, decode_topic_message, BadMessage, TopicMessage};

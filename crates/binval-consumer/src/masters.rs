@@ -19,7 +19,7 @@ pub const REDIS_READS: &str = "binval_consumer_redis_reads_total";
 /// What a read asked for, and where it went (the `command` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Read {
-    /// `HMGET K:rN d t p` served by the master (`command="replica"`).
+    /// `HMGET K:rN d t p n` served by the master (`command="replica"`).
     Replica,
     /// The same, served by one of the master's replica nodes (`command="replica_node"`; only
     /// with [`crate::ConsumerBuilder::read_from_replica_nodes`]).

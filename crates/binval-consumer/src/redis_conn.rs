@@ -1,7 +1,8 @@
 //! The Redis side of a fill: one small enum over a standalone connection and a Cluster
 //! connection, with bounded timeouts and no read retries. Replicas are read in the fenced
 //! record format of [`binval_protocol::fence`] (a hash: `d` payload, `t` tombstone, `p` the
-//! fence position of the write), one `HMGET K:rN d t p` per read.
+//! fence position of the write, `n` the key's replica count), one `HMGET K:rN d t p n` per
+//! read. [`RedisConn::query`] sends the few other commands (the hot set, heat reports).
 //!
 //! Where a read goes: [`RedisConn::placement`] groups a key's replicas by master with the slot
 //! map the Cluster client routes by (`slot_map.rs`); the fill picks the replica
@@ -12,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use binval_protocol::adaptive::FIELD_COUNT;
 use binval_protocol::fence::{FIELD_DATA, FIELD_POSITION, FIELD_TOMBSTONE};
 use binval_protocol::placement::Placement;
 use binval_protocol::{hash_slot, ReplicaRecord};
@@ -76,7 +78,15 @@ pub(crate) struct KeyPlacement {
     map: Option<Arc<SlotMap>>,
 }
 
-type Reply = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
+type Reply = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// What one replica read found: the record, and the key's replica count if the record carries
+/// one (field `n`; `None` when absent, or when it is not a count: a warning then names it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReplicaRead {
+    pub record: ReplicaRecord,
+    pub count: Option<u32>,
+}
 
 impl RedisConn {
     /// Connect. `replica_nodes`: reads may go to the replica nodes of a Cluster's masters.
@@ -157,14 +167,16 @@ impl RedisConn {
         }
     }
 
-    /// `HMGET rkey d t p` of suffix replica `rkey` (placed per `at`), interpreted as a
-    /// [`ReplicaRecord`], bounded by `timeout`. A key that is not a hash (e.g. a replica written
-    /// in the old plain-string format) is a [`ConsumerError::Redis`] (`WRONGTYPE`), and a `p`
-    /// that is not a number a [`ConsumerError::Decode`]; never silently a miss.
-    pub(crate) async fn replica(&self, rkey: &str, at: &KeyPlacement, timeout: Duration) -> Result<ReplicaRecord, ConsumerError> {
+    /// `HMGET rkey d t p n` of suffix replica `rkey` (placed per `at`), interpreted as a
+    /// [`ReplicaRecord`] and the key's replica count, bounded by `timeout`. A key that is not a
+    /// hash (e.g. a replica written in the old plain-string format) is a
+    /// [`ConsumerError::Redis`] (`WRONGTYPE`), and a `p` that is not a number a
+    /// [`ConsumerError::Decode`]; never silently a miss. An `n` that is not a count is only a
+    /// warning (the read answers, without count information).
+    pub(crate) async fn replica(&self, rkey: &str, at: &KeyPlacement, timeout: Duration) -> Result<ReplicaRead, ConsumerError> {
         let mut cmd = redis::cmd("HMGET");
-        cmd.arg(rkey).arg(FIELD_DATA).arg(FIELD_TOMBSTONE).arg(FIELD_POSITION);
-        let op = || format!("HMGET `{rkey}` d t p");
+        cmd.arg(rkey).arg(FIELD_DATA).arg(FIELD_TOMBSTONE).arg(FIELD_POSITION).arg(FIELD_COUNT);
+        let op = || format!("HMGET `{rkey}` d t p n");
         let after_ms = timeout.as_millis() as u64;
         let fut = async {
             match self {
@@ -199,13 +211,34 @@ impl RedisConn {
             }
         };
         match tokio::time::timeout(timeout, fut).await {
-            Ok(Ok((d, t, p))) => ReplicaRecord::from_fields(d, t, p).map_err(|reason| ConsumerError::Decode {
-                key: rkey.to_string(),
-                what: "replica",
-                reason,
-            }),
+            Ok(Ok((d, t, p, n))) => {
+                let record = ReplicaRecord::from_fields(d, t, p).map_err(|reason| ConsumerError::Decode {
+                    key: rkey.to_string(),
+                    what: "replica",
+                    reason,
+                })?;
+                Ok(ReplicaRead { record, count: crate::counts::record_count(rkey, n.as_deref()) })
+            }
             Ok(Err(e)) => Err(ConsumerError::redis(op(), e, after_ms)),
             Err(_) => Err(ConsumerError::Timeout { op: op(), after_ms }),
+        }
+    }
+
+    /// Send `cmd` (a single-key command: on a Cluster it goes to the master of its first key's
+    /// slot) and convert the reply, bounded by `timeout`. `op` names it in errors, e.g.
+    /// ``HGETALL `binval:hot` ``. Not counted as a replica read.
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, op: &str, timeout: Duration) -> Result<T, ConsumerError> {
+        let after_ms = timeout.as_millis() as u64;
+        let fut = async {
+            match self {
+                RedisConn::Standalone { conn, .. } => cmd.query_async::<T>(&mut conn.clone()).await,
+                RedisConn::Cluster { conn, .. } => cmd.query_async::<T>(&mut conn.clone()).await,
+            }
+        };
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(ConsumerError::redis(op, e, after_ms)),
+            Err(_) => Err(ConsumerError::Timeout { op: op.to_string(), after_ms }),
         }
     }
 }

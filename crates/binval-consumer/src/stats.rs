@@ -33,7 +33,7 @@ pub struct Stats {
     pub bypass_reads: u64,
     /// Redis read-throughs that found a value, whether it was then cached or not.
     pub fills: u64,
-    /// Redis reads made by fills (one `HMGET K:rN d t p` each, whichever node served it): the
+    /// Redis reads made by fills (one `HMGET K:rN d t p n` each, whichever node served it): the
     /// sum of `binval_consumer_redis_reads_total` over masters and commands.
     pub redis_reads: u64,
     /// Fills whose replica reads (at most [`crate::ConsumerBuilder::max_replica_reads`]) all
@@ -111,6 +111,22 @@ pub struct Stats {
     /// Payload bytes of those messages as librdkafka hands them over (after decompression;
     /// keys, headers and the record framing not included).
     pub message_bytes: u64,
+    /// Reads of replica 0 that a fill made because a replica it read before was missing
+    /// without a position (never written, removed by a shrink of the key's replica count, or
+    /// not yet copied by a grow): see "Adaptive replica counts" in the crate docs.
+    pub replica_zero_fallbacks: u64,
+    /// Keys whose learned replica count (from a record's field `n` or the hot set) differs
+    /// from the configured one, at the time of the snapshot (bounded by
+    /// [`crate::LEARNED_COUNT_ENTRIES`]). A gauge, not a counter.
+    pub learned_counts: u64,
+    /// Heat reports this instance wrote (`HSET binval:heat:{b}`, see
+    /// [`crate::ConsumerBuilder::heat_reports`]).
+    pub heat_reports_sent: u64,
+    /// Heat reports (and the removal of this instance's report at shutdown) that failed:
+    /// refused (`NOPERM`), timed out or the connection failed. Retried at the next interval.
+    pub heat_reports_failed: u64,
+    /// Loads of the hot set (`HGETALL binval:hot`, at start and at each refresh) that failed.
+    pub hot_set_load_failures: u64,
 }
 
 #[derive(Debug, Default)]
@@ -146,6 +162,10 @@ pub(crate) struct Counters {
     pub replica_read_timeouts: AtomicU64,
     pub messages: AtomicU64,
     pub message_bytes: AtomicU64,
+    pub replica_zero_fallbacks: AtomicU64,
+    pub heat_reports_sent: AtomicU64,
+    pub heat_reports_failed: AtomicU64,
+    pub hot_set_load_failures: AtomicU64,
     /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
     /// key lookup that `metrics::counter!` does on every call.
     hit_metric: HitMetric,
@@ -204,6 +224,8 @@ const COUNTER_NAMES: &[&str] = &[
     "binval_consumer_replica_read_timeouts_total",
     "binval_consumer_messages_total",
     "binval_consumer_message_bytes_total",
+    "binval_consumer_replica_zero_fallbacks_total",
+    "binval_consumer_hot_set_load_failures_total",
 ];
 
 impl Counters {
@@ -214,6 +236,9 @@ impl Counters {
         }
         for outcome in ["refused", "flagged", "loaded"] {
             metrics::counter!("binval_consumer_source_behind_reads_total", "outcome" => outcome).increment(0);
+        }
+        for outcome in ["sent", "failed"] {
+            metrics::counter!("binval_consumer_heat_reports_total", "outcome" => outcome).increment(0);
         }
         Counters::default()
     }
@@ -251,6 +276,20 @@ impl Counters {
     bump!(stream_gap, stream_gaps, "binval_consumer_stream_gaps_total");
     bump!(progress_message, progress_messages, "binval_consumer_progress_messages_total");
     bump!(replica_read_timeout, replica_read_timeouts, "binval_consumer_replica_read_timeouts_total");
+    bump!(replica_zero_fallback, replica_zero_fallbacks, "binval_consumer_replica_zero_fallbacks_total");
+    bump!(hot_set_load_failure, hot_set_load_failures, "binval_consumer_hot_set_load_failures_total");
+
+    /// A heat report written (`sent`) or not (`failed`).
+    pub(crate) fn heat_report(&self, sent: bool) {
+        let (field, outcome) = if sent { (&self.heat_reports_sent, "sent") } else { (&self.heat_reports_failed, "failed") };
+        field.fetch_add(1, Relaxed);
+        metrics::counter!("binval_consumer_heat_reports_total", "outcome" => outcome).increment(1);
+    }
+
+    /// The number of learned replica counts (gauge `binval_consumer_learned_counts`).
+    pub(crate) fn learned_counts(&self, entries: u64) {
+        metrics::gauge!("binval_consumer_learned_counts").set(entries as f64);
+    }
 
     /// A `get` the source side's lag decided: `outcome` is `refused`, `flagged` or `loaded`.
     pub(crate) fn source_behind(&self, outcome: &'static str) {
@@ -344,6 +383,11 @@ impl Counters {
             replica_read_timeouts: self.replica_read_timeouts.load(Relaxed),
             messages: self.messages.load(Relaxed),
             message_bytes: self.message_bytes.load(Relaxed),
+            replica_zero_fallbacks: self.replica_zero_fallbacks.load(Relaxed),
+            learned_counts: 0,
+            heat_reports_sent: self.heat_reports_sent.load(Relaxed),
+            heat_reports_failed: self.heat_reports_failed.load(Relaxed),
+            hot_set_load_failures: self.hot_set_load_failures.load(Relaxed),
         }
     }
 }

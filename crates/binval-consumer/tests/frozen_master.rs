@@ -106,7 +106,8 @@ async fn reads_move_to_another_master_when_one_is_frozen() -> anyhow::Result<()>
 /// minute of lag, the others none. A key with replicas on the other masters is read there as
 /// fresh, never from the lagging master (frozen here, with one read per fill: a read sent to it
 /// would time out); a key whose only replica is on it follows `on_source_behind` (the default
-/// without a loader: refused).
+/// without a loader: refused), and so does a key whose other replicas are missing (its count
+/// shrank to 1) while its replica 0 is on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_on_a_master_reported_behind_are_skipped() -> anyhow::Result<()> {
     use binval_consumer::ConsumerError;
@@ -126,6 +127,17 @@ async fn replicas_on_a_master_reported_behind_are_skipped() -> anyhow::Result<()
     let mut w = client.get_async_connection().await?;
     write_fenced(&mut w, &spread, N, "spread", 7).await?;
     write_fenced(&mut w, &single, 1, "single", 7).await?;
+    // A key the reader believes has N replicas while only replica 0 exists (binval shrank it
+    // to 1), replica 0 on the lagging master: the replicas within the bound are missing, and
+    // only replica 0 could say whether the row exists.
+    let shrunk = (0..5000)
+        .map(|i| format!("item:spread:shrunk{i}"))
+        .find(|k| {
+            let p = Placement::of(k, N, &master_of);
+            p.master_of_replica(0) == Some(behind) && p.masters() >= 2
+        })
+        .expect("a key whose replica 0 is on master 0");
+    write_record(&mut w, &shrunk, 0..1, "set", "only-r0", 7).await?;
 
     // Slot ranges per master, from the slot map.
     let mut ranges: Vec<MasterLag> = Vec::new();
@@ -175,6 +187,12 @@ async fn replicas_on_a_master_reported_behind_are_skipped() -> anyhow::Result<()
         Err(ConsumerError::SourceBehind { key, lag_ms, .. }) => assert!(key == single && lag_ms >= 60_000),
         other => panic!("its only replica is on the lagging master: refused, got {other:?}"),
     }
+    // Not "no row" (the replica-0 rule): as when every replica is behind.
+    match c.get(&shrunk).await {
+        Err(ConsumerError::SourceBehind { key, lag_ms, .. }) => assert!(key == shrunk && lag_ms >= 60_000),
+        other => panic!("only replica 0 holds it and it is behind: refused, got {other:?}"),
+    }
+    assert_eq!(c.stats().missing, 0, "{:?}", c.stats());
     cluster.freeze_node(cluster.ports.iter().position(|&p| p == owners.masters[behind]).unwrap(), false);
     reporter.abort();
     c.shutdown().await;

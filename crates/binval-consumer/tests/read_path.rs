@@ -259,7 +259,15 @@ async fn fill_paused_in_its_replica_read_is_not_cached() -> anyhow::Result<()> {
     let mut w = cluster.get_async_connection().await?;
     write_fenced(&mut w, &key, 1, "old", 5).await?;
 
-    let c = builder(&topic).redis_cluster(urls.clone()).replicas(1).redis_response_timeout(Duration::from_secs(10)).build().await?;
+    // The guard must outlive the longest fill: up to max_replica_reads + 1 reads (the
+    // replica-0 rule) of 10 s each.
+    let c = builder(&topic)
+        .redis_cluster(urls.clone())
+        .replicas(1)
+        .redis_response_timeout(Duration::from_secs(10))
+        .fill_guard_ttl(Duration::from_secs(40))
+        .build()
+        .await?;
     let mut rx = c.subscribe_evictions();
     let hmgets_before = command_calls(&mut nodes[rep_node], "hmget").await?;
 

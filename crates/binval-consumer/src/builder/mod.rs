@@ -2,12 +2,14 @@
 //!
 //! The setters are grouped by where their internals live, one documented `impl` block per
 //! file: `connection.rs` (Redis, Kafka, timeouts), `read.rs` (replicas, cache mode, loader),
+//! `adaptive.rs` (heat reports, instance id, the hot set),
 //! `bounds.rs` (local cache bounds and lifetimes), `limits.rs` (miss rate limits and stale
 //! fallback), `fail_safe.rs` (fill-race guard, lag bound, listener), `hot_keys.rs` (hot-key
 //! detection), `security.rs` (TLS, users and passwords). `validate.rs` checks the settings;
 //! this file holds the struct, its defaults and `build()`, which turns the settings into the
 //! internals' own settings types.
 
+mod adaptive;
 mod bounds;
 mod connection;
 mod fail_safe;
@@ -23,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::consumer::Inner;
+use crate::counts::{ReplicaCounts, LEARNED_COUNT_ENTRIES};
 use crate::error::ConsumerError;
+use crate::heat::{Background, BackgroundSettings, HeatSettings};
 use crate::hot::HotSettings;
 use crate::listener::{self, ListenerSettings};
 use crate::loader::LoaderFn;
@@ -76,7 +80,12 @@ use crate::{CacheMode, Consumer};
 /// - **hot keys**: [`hot_key_detection`](Self::hot_key_detection),
 ///   [`hot_key_window`](Self::hot_key_window), [`hot_key_threshold`](Self::hot_key_threshold),
 ///   [`hot_key_capacity`](Self::hot_key_capacity),
-///   [`hot_key_sample_every`](Self::hot_key_sample_every), [`hot_key_top_k`](Self::hot_key_top_k).
+///   [`hot_key_sample_every`](Self::hot_key_sample_every), [`hot_key_top_k`](Self::hot_key_top_k);
+/// - **adaptive replica counts**: [`heat_reports`](Self::heat_reports),
+///   [`heat_report_interval`](Self::heat_report_interval),
+///   [`heat_report_top_keys`](Self::heat_report_top_keys),
+///   [`heat_report_min_rate`](Self::heat_report_min_rate), [`instance_id`](Self::instance_id),
+///   [`hot_set`](Self::hot_set), [`hot_set_refresh`](Self::hot_set_refresh).
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until .build().await"]
 pub struct ConsumerBuilder {
@@ -122,6 +131,13 @@ pub struct ConsumerBuilder {
     hot_key_capacity: usize,
     hot_key_sample_every: u32,
     hot_key_top_k: usize,
+    heat_reports: bool,
+    heat_report_interval: Duration,
+    heat_report_top_keys: usize,
+    heat_report_min_rate: f64,
+    instance_id: Option<String>,
+    hot_set: bool,
+    hot_set_refresh: Duration,
     thread_front: bool,
     redis_tls: binval_security::TlsSettings,
     redis_auth: binval_security::RedisAuth,
@@ -174,6 +190,13 @@ impl Default for ConsumerBuilder {
             hot_key_capacity: 256,
             hot_key_sample_every: 16,
             hot_key_top_k: 10,
+            heat_reports: true,
+            heat_report_interval: Duration::from_secs(1),
+            heat_report_top_keys: 32,
+            heat_report_min_rate: 100.0,
+            instance_id: None,
+            hot_set: true,
+            hot_set_refresh: Duration::from_secs(30),
             thread_front: true,
             redis_tls: Default::default(),
             redis_auth: Default::default(),
@@ -185,9 +208,11 @@ impl Default for ConsumerBuilder {
 
 /// # Building
 impl ConsumerBuilder {
-    /// Connect to Redis, start the invalidation listener, and return once the listener is
-    /// assigned every partition of the topic at its newest offset: every event published after
-    /// `build()` returns will be seen.
+    /// Connect to Redis, load the hot set ([`ConsumerBuilder::hot_set`]), start the
+    /// invalidation listener and the heat reports ([`ConsumerBuilder::heat_reports`]), and
+    /// return once the listener is assigned every partition of the topic at its newest offset:
+    /// every event published after `build()` returns will be seen. Must be called within a
+    /// tokio runtime (the heat reports run as a tokio task).
     ///
     /// Fails with [`ConsumerError::Config`] for a missing/invalid setting or a topic that does
     /// not exist, [`ConsumerError::Redis`]/[`ConsumerError::Timeout`] if Redis is unreachable,
@@ -217,9 +242,7 @@ impl ConsumerBuilder {
         )
         .await?;
 
-        let mut prefix_replicas = self.prefix_replicas.clone();
-        // Longest prefix first, so the first match is the longest.
-        prefix_replicas.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        let counts = Arc::new(ReplicaCounts::new(self.replicas, self.prefix_replicas.clone(), LEARNED_COUNT_ENTRIES));
 
         let (consumer, known, confirmed_at, settings) =
             listener::start_assigned(self.listener_settings()?).await.map_err(|e| self.explain_kafka_failure(e))?;
@@ -228,14 +251,45 @@ impl ConsumerBuilder {
         let stop = Arc::new(AtomicBool::new(false));
         let topic = settings.topic.clone();
         let group_id = settings.group_id.clone();
+        let timeout = self.redis_response_timeout;
+        if self.hot_set {
+            match crate::heat::load_hot_set(&redis, &counts, &shared.counters, timeout).await {
+                Ok(n) => tracing::debug!(key = binval_protocol::adaptive::HOT_SET_KEY, entries = n, "hot set loaded"),
+                Err(e) => tracing::warn!(
+                    key = binval_protocol::adaptive::HOT_SET_KEY,
+                    error = %e,
+                    "hot set not loaded (the ACL user needs HGETALL on it); keys start at their configured replica counts and reads correct them"
+                ),
+            }
+        }
         let done = listener::spawn(consumer, known, confirmed_at, settings, shared.clone(), stop.clone())?;
+        if self.heat_reports && !self.hot_key_detection {
+            tracing::warn!("heat_reports(true) with hot_key_detection(false): no reads are counted, so no heat report is written");
+        }
+        let instance_id = self.instance_id.clone().unwrap_or_else(crate::heat::default_instance_id);
+        let background = Background::spawn(
+            redis.clone(),
+            shared.clone(),
+            counts.clone(),
+            BackgroundSettings {
+                instance_id: instance_id.clone(),
+                heat: (self.heat_reports && self.hot_key_detection).then_some(HeatSettings {
+                    interval: self.heat_report_interval,
+                    top_keys: self.heat_report_top_keys,
+                    min_rate: self.heat_report_min_rate,
+                }),
+                hot_set_refresh: Some(self.hot_set_refresh).filter(|d| self.hot_set && !d.is_zero()),
+                timeout,
+            },
+        );
 
         Ok(Consumer {
             inner: Arc::new(Inner {
                 shared,
                 redis,
-                default_replicas: self.replicas,
-                prefix_replicas,
+                counts,
+                background,
+                instance_id,
                 mode: self.cache_mode.clone(),
                 loader: self.loader.clone(),
                 loader_timeout: self.loader_timeout,

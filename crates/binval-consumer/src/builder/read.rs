@@ -1,5 +1,6 @@
 //! Options of the read-through fill (`read.rs` at the crate root): how many suffix replicas a
-//! key has, which keys the local cache holds, and the app-supplied loader of last resort.
+//! reader starts with for a key (the records correct it, `counts.rs`), which keys the local
+//! cache holds, and the app-supplied loader of last resort.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,27 +11,39 @@ use crate::CacheMode;
 
 /// # Read-through: replicas, cache mode and the loader
 ///
-/// What a miss reads: the replica count N of a key ([`ConsumerBuilder::replicas`],
-/// [`ConsumerBuilder::replicas_for_prefix`]), whether its value may be cached
+/// What a miss reads: the replica count N a key starts with ([`ConsumerBuilder::replicas`],
+/// [`ConsumerBuilder::replicas_for_prefix`]; the records correct it), whether its value may be cached
 /// ([`ConsumerBuilder::cache_mode`]), and what is asked when every replica is missing
 /// ([`ConsumerBuilder::loader`]). See "Reading through a hot key" and "Typed reads and the
 /// loader" in the crate docs.
 impl ConsumerBuilder {
-    /// Default number N of suffix replicas (`K:r0..K:r{N-1}`) per logical key: set it to the
-    /// replica count of binval's mapping rule. Default 1. A larger N than the writer uses only
-    /// costs extra reads on a miss (a missing replica is skipped); a smaller one concentrates
-    /// reads on fewer replicas.
+    /// The number N of suffix replicas (`K:r0..K:r{N-1}`) a reader **starts with** for a
+    /// logical key; the data corrects it. Default 1. Every replica record carries the key's
+    /// current count (field `n`, written by binval), so the first read of a key teaches this
+    /// instance its real count, and reads spread over that many replicas from the next fill on
+    /// ([`crate::Consumer::replica_count`]); keys binval has already spread are known from the
+    /// hot set at start ([`ConsumerBuilder::hot_set`]). See "Adaptive replica counts" in the
+    /// crate docs.
+    ///
+    /// So this need not match binval's mapping any more. A larger N than binval writes is
+    /// harmless: a read of a replica that does not exist finds it missing and goes on to
+    /// replica 0 (which exists whenever the key does), never to "no row", and the record it
+    /// finds there corrects the count. A smaller N spreads a key's reads over fewer replicas
+    /// only until the first read corrects it. Records written by a binval older than adaptive
+    /// counts carry no `n`: for them the configured N stays what is used, so set it to the
+    /// mapping's count there.
     ///
     /// ```no_run
     /// # let b = binval_consumer::Consumer::builder();
-    /// let b = b.replicas(8);
+    /// let b = b.replicas(8); // a start for keys not yet read; records say the rest
     /// ```
     pub fn replicas(mut self, n: u32) -> Self {
         self.replicas = n;
         self
     }
 
-    /// Replica count for logical keys starting with `prefix`; the longest matching prefix wins
+    /// The replica count a reader starts with for logical keys starting with `prefix` (the data
+    /// corrects it, as for [`ConsumerBuilder::replicas`]); the longest matching prefix wins
     /// over shorter ones and over [`ConsumerBuilder::replicas`]. May be called repeatedly.
     ///
     /// ```no_run
@@ -133,6 +146,16 @@ impl ConsumerBuilder {
     /// one on another master (or, on standalone Redis or when every replica is on one master,
     /// another replica). At least 1; more than N reads every replica once.
     ///
+    /// **Replica 0 first after a missing replica.** A replica that does not exist at all (no
+    /// record: never written, removed when binval shrank the key's count, not yet copied when
+    /// it grew it) sends the next read to replica 0, which exists whenever the key does; no
+    /// fill concludes "missing" without having read replica 0 (when it answers). That read
+    /// takes the place of the second one; when the bound is used up already (a bound of 1, or
+    /// a first read that failed), it is one read past the bound, and when replica 0 sat on the
+    /// master of the first read, one more read goes to another master (the second master this
+    /// bound promises). So a fill reads at most this bound plus one
+    /// ([`crate::Stats::replica_zero_fallbacks`] counts the replica-0 reads).
+    ///
     /// Why 2: a key whose row does not exist (never written, or its tombstone expired) is
     /// missing from every replica, and a hot one (a deleted product still linked from a feed, a
     /// crawler probing ids) must cost a bounded number of reads, not N. One read is not enough
@@ -143,7 +166,10 @@ impl ConsumerBuilder {
     /// lost the key. Once a fill has concluded "missing" that way, the key's next fills (while
     /// no event of the key arrives, for [`ConsumerBuilder::fill_guard_ttl`]) read one replica:
     /// a hot missing key costs **one read per fill** (per [`ConsumerBuilder::missing_ttl`] per
-    /// instance), and only the first fill of a newly missing key pays the second read.
+    /// instance), and only the first fill of a newly missing key pays the second read (that
+    /// first fill read replica 0, see below, so the one read of the next ones needs no
+    /// fallback: an event of the key, which binval publishes after writing it, ends the
+    /// shortcut).
     /// `max_replica_reads(1)` makes every miss one read, for deployments whose Redis keeps its
     /// data (AOF) or that set a loader.
     ///

@@ -9,14 +9,11 @@ use crate::redis_conn::RedisTarget;
 use crate::CacheMode;
 
 impl ConsumerBuilder {
-    /// The largest replica count N of any key.
-    fn max_replicas(&self) -> u32 {
-        self.prefix_replicas.iter().map(|(_, n)| *n).chain([self.replicas]).max().unwrap_or(1)
-    }
-
-    /// Replica reads one fill makes at most.
+    /// Replica reads one fill makes at most: the bound, and one more for the replica-0 rule
+    /// (`read.rs`; the count a key has is learned from the records, so the configured counts do
+    /// not bound it).
     fn reads_per_fill(&self) -> u32 {
-        self.max_replica_reads.min(self.max_replicas()).max(1)
+        self.max_replica_reads.max(1).saturating_add(1)
     }
 
     /// Upper bound of one fill: its replica reads, the loader.
@@ -31,7 +28,31 @@ impl ConsumerBuilder {
         self.validate_targets()?;
         self.validate_cache()?;
         self.validate_timeouts()?;
+        self.validate_adaptive()?;
         self.validate_security()
+    }
+
+    /// Heat reports and the instance id.
+    fn validate_adaptive(&self) -> Result<(), ConsumerError> {
+        let cfg = |field, reason: String| Err(ConsumerError::Config { field, reason });
+        if self.heat_report_interval < Duration::from_millis(100) {
+            return cfg("heat_report_interval", format!("must be at least 100 ms, got {} ms", self.heat_report_interval.as_millis()));
+        }
+        if !(1..=1024).contains(&self.heat_report_top_keys) {
+            return cfg("heat_report_top_keys", format!("must be 1 to 1024 keys, got {}", self.heat_report_top_keys));
+        }
+        if !(self.heat_report_min_rate.is_finite() && self.heat_report_min_rate >= 0.0) {
+            return cfg(
+                "heat_report_min_rate",
+                format!("must be a finite number of reads per second, at least 0, got {}", self.heat_report_min_rate),
+            );
+        }
+        if let Some(id) = &self.instance_id {
+            if id.trim().is_empty() || id.chars().any(char::is_control) {
+                return cfg("instance_id", format!("must be non-empty, without control characters, got {id:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// Redis target, brokers, topic and replica counts.
