@@ -913,6 +913,37 @@ replicas = 8
     }
 
     #[test]
+    fn replicas_are_a_count_or_a_range() {
+        let c = Config::from_toml(OK).unwrap();
+        assert_eq!(c.mappings[0].replicas, Replicas::fixed(8));
+        assert!(!c.mappings[0].replicas.is_adaptive());
+        let c = Config::from_toml(&OK.replace("replicas = 8", "replicas = { min = 2, max = 16 }")).unwrap();
+        assert_eq!(c.mappings[0].replicas, Replicas { min: 2, max: 16 });
+        assert_eq!(c.mappings[0].replicas.to_string(), "2..=16");
+        let c = Config::from_toml(&OK.replace("replicas = 8", "replicas = { max = 4 }")).unwrap();
+        assert_eq!(c.mappings[0].replicas, Replicas { min: 1, max: 4 }, "min defaults to 1");
+        assert_eq!(c.adaptive.read_budget_per_master, 50_000.0);
+        for (bad, want) in [
+            ("replicas = { min = 4, max = 2 }", "min = 4 is above max = 2"),
+            ("replicas = { min = 1, max = 65 }", "out of range 1..=64"),
+            ("replicas = \"many\"", "an integer (`replicas = 8`) or a range"),
+        ] {
+            let e = Config::from_toml(&OK.replace("replicas = 8", bad)).unwrap_err().to_string();
+            assert!(e.contains("replicas") && e.contains(want), "{bad}: {e}");
+        }
+        for (bad, field) in [
+            ("[adaptive]\nread_budget_per_master = 0", "adaptive.read_budget_per_master"),
+            ("[adaptive]\npoll_interval_ms = 0", "adaptive.poll_interval_ms"),
+            ("[adaptive]\nshrink_headroom = 0.5", "adaptive.shrink_headroom"),
+            ("[[adaptive.pin]]\nreplicas = 4", "adaptive.pin[0]"),
+            ("[[adaptive.pin]]\nkey = \"k\"\nreplicas = 0", "adaptive.pin[0].replicas"),
+        ] {
+            let e = Config::from_toml(&format!("{OK}\n{bad}\n")).unwrap_err().to_string();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_field() {
         let e = Config::from_toml(&OK.replace("replicas = 8", "replicas = 0")).unwrap_err().to_string();
         assert!(e.contains("mappings[0].replicas"), "{e}");

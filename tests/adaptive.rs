@@ -164,3 +164,110 @@ async fn a_pinned_key_gets_its_count_without_reads() {
     assert!(block(|| record(&mut r, &pinned, 4)).is_empty());
     run.stop().await;
 }
+
+/// The whole loop with a real app instance: its heat reports make binval grow the key, the app
+/// learns the count from the records and spreads its reads, and while the key cools and its
+/// copies are removed, the app keeps reading the row's current value (no miss, no error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_app_reading_a_key_hot_spreads_it_and_reads_through_the_shrink() {
+    use binval_consumer::{CacheMode, Consumer};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    let env = Env::new("adaptive_app", RedisKind::Cluster);
+    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    let start = env.binlog_now().await;
+    // A budget of 200 reads/s per master: a few hundred reads/s of one app need every master.
+    let m = mappings().replace("read_budget_per_master = 1000", "read_budget_per_master = 200");
+    let run = pipeline_env::start(env.config(&start, &m));
+    let key = format!("{}:item:5", env.prefix);
+    let v1 = env.exec_v("INSERT INTO items VALUES (5, 'kettle')").await;
+    let mut r = env.redis_client();
+    assert_eq!(block(|| r.wait_version(&key, v1)), v1);
+    // Nothing cached locally: every read goes to Redis (the fail safe's bypass, in effect).
+    let app = Arc::new(
+        Consumer::builder()
+            .brokers(tk::broker().bootstrap())
+            .topic(env.topic.clone())
+            .redis_cluster(tk::redis_cluster().urls())
+            .cache_mode(CacheMode::Prefixes(vec!["-nothing-".into()]))
+            .heat_report_interval(Duration::from_millis(200))
+            .heat_report_min_rate(10.0)
+            .max_staleness(Some(Duration::from_secs(30)))
+            .build()
+            .await
+            .expect("consumer starts"),
+    );
+    assert_eq!(app.replica_count(&key), 1);
+    let (reads, bad, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let want = Arc::new(std::sync::Mutex::new("kettle".to_string()));
+    // Readers: `hot` of them as fast as they go, or one at ~50 reads/s once `hot` is off.
+    let hot = Arc::new(AtomicBool::new(true));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let (app, key, reads, bad, stop, hot, want) =
+            (app.clone(), key.clone(), reads.clone(), bad.clone(), stop.clone(), hot.clone(), want.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Relaxed) {
+                if !hot.load(Relaxed) && i > 0 {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+                let expected = want.lock().unwrap().clone();
+                match app.get_json::<serde_json::Value>(&key).await {
+                    Ok(Some(v)) if v["title"] == expected.as_str() => {}
+                    // The update below: the old value until its event, fine either way once.
+                    Ok(Some(v)) if v["title"] == "kettle" && expected != "kettle" => {}
+                    other => {
+                        eprintln!("bad read: {other:?}");
+                        bad.fetch_add(1, Relaxed);
+                    }
+                }
+                reads.fetch_add(1, Relaxed);
+                if !hot.load(Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    // The app learns the grown count from the records it reads.
+    let t0 = Instant::now();
+    let n = loop {
+        let n = app.replica_count(&key);
+        if n >= 3 {
+            break n;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the app never learned a larger count");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!(
+        "the app reads {key} from {n} replicas {:.1} s after its reads began ({} reads)",
+        t0.elapsed().as_secs_f64(),
+        reads.load(Relaxed)
+    );
+    // A change while hot, read back by the app.
+    *want.lock().unwrap() = "copper kettle".into();
+    let v2 = env.exec_v("UPDATE items SET title = 'copper kettle' WHERE id = 5").await;
+    assert_eq!(block(|| r.wait_version(&key, v2)), v2);
+    // Cool: one slow reader; the count goes back to 1 and the copies are removed while it reads.
+    hot.store(false, Relaxed);
+    let t1 = Instant::now();
+    loop {
+        let removed = block(|| (1..n).all(|i| record(&mut r, &key, i).is_empty()));
+        if removed && app.replica_count(&key) == 1 {
+            break;
+        }
+        assert!(t1.elapsed() < Duration::from_secs(30), "the key never shrank");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("shrunk {:.1} s after the load stopped", t1.elapsed().as_secs_f64());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(bad.load(Relaxed), 0, "every read returned the row ({} reads)", reads.load(Relaxed));
+    let s = app.stats();
+    println!("reads {} replica-0 fallbacks {}", reads.load(Relaxed), s.replica_zero_fallbacks);
+    app.shutdown().await;
+    run.stop().await;
+}

@@ -15,23 +15,29 @@
 //! Every replica record carries the key's current count in field [`FIELD_COUNT`] (`n`, a
 //! decimal; see `fence` for the other fields): the writer stores it with every write, and
 //! rewrites it on the existing replicas when the count changes. A reader that reads any
-//! replica therefore learns how many there are, and one that knows nothing reads replica 0,
-//! which exists whenever the key does (every count is at least 1). No reader depends on a
-//! count set in its own configuration: a reader's configured count is only where it starts.
+//! replica therefore learns how many there are. A reader starts from its configured count (or
+//! the hot set); whatever it believes, a replica it finds missing (no record at all) sends its
+//! next read to replica 0, which exists whenever the key does (every count is at least 1). So
+//! a reader whose count is too large never answers "no row" for an existing row, and one whose
+//! count is too small spreads less until its first read corrects it.
 //!
 //! Records written before the field existed have no `n`: readers keep what they knew.
 //!
-//! # Growing and shrinking (the writer's side, `src/write/replica_counts.rs` in binval)
+//! # Growing and shrinking (the writer's side: `src/replicas/` in binval)
 //!
 //! * **Grow** `a -> b`: later changes of the key write `b` replicas; replicas `a..b` are
 //!   copied from replica 0 *at its own fence position* through the fenced replica script (a
 //!   change committed meanwhile has a newer position and wins); then `n = b` is set on the old
-//!   replicas ([`replica_count_script`]). A reader uses replica `i` only once some record told
-//!   it `n > i`, and a replica it finds missing sends it to replica 0.
+//!   replicas ([`replica_count_script`]). A reader that reads a replica not copied yet finds it
+//!   missing and reads replica 0.
 //! * **Shrink** `b -> a`: `n = a` is announced on every replica (and in the hot set) first,
 //!   while changes still write all `b`; only after a grace period longer than the readers'
-//!   staleness bound are replicas `a..b` removed ([`replica_remove_script`]). A reader that
+//!   staleness bound (and than a reader's longest fill: `max_replica_reads + 1` reads at its
+//!   response timeout) are replicas `a..b` removed ([`replica_remove_script`]). A reader that
 //!   still reads a removed replica finds it missing and reads replica 0: never "no row".
+//! * A count change **never creates a key**: a copy is made only from an existing replica 0,
+//!   and an announcement only touches existing records. Readers rely on that: a key they
+//!   confirmed missing comes into existence only through a change, whose event they see.
 //!
 //! # Heat reports
 //!

@@ -49,7 +49,8 @@
 //! late, older write of the same key cannot resurrect the row: the tombstone's `p` refuses it.
 //! Readers treat a tombstone as "no row" (and do not fall back to another replica or a loader).
 //!
-//! Readers read `d`, `t` and `p` together (`HMGET K:rN d t p`, one call) and cache what they
+//! Readers read `d`, `t`, `p` and `n` together (`HMGET K:rN d t p n`, one call; `n` is the
+//! key's replica count, see [`crate::adaptive`]) and cache what they
 //! found *at `p`*: the record is written whole by one script, so the payload and the position
 //! belong to the same change, and the evict rule ([`crate::should_evict`]) works on the pair
 //! without the version token (which is one key on one master: reading it on every miss would
@@ -119,7 +120,7 @@ impl std::fmt::Display for FencePosition {
     }
 }
 
-/// What one replica read (`HMGET K:rN d t p`) found, with the fence position of the write
+/// What one replica read (`HMGET K:rN d t p n`; `n` parsed apart, [`crate::adaptive::parse_count`]) found, with the fence position of the write
 /// that made the record: a reader caches the pair (value, position), which is exact — the
 /// record is written whole by one script, so its `d` and `p` belong to the same change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +149,7 @@ pub enum ReplicaRecord {
 }
 
 impl ReplicaRecord {
-    /// Interpret the reply of `HMGET K:rN d t p` (fields in that order). Errors when `p` is
+    /// Interpret the `d`, `t`, `p` fields of a replica read, in that order. Errors when `p` is
     /// present but not a decimal `u64` (the key was written by something other than binval);
     /// the message names the value.
     ///
