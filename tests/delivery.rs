@@ -105,20 +105,20 @@ async fn fenced_writes(kind: RedisKind) {
     let with_ttl = |c: KeyChange, secs: u64| KeyChange { ttl_secs: secs, ..c };
     apply(with_ttl(ch(Some("v31"), Op::Update), 100), w(31, 1)).await.unwrap();
     let (f, ttl) = block(|| fields(&mut r));
-    assert_eq!(f, names(&["d", "f", "p", "x"]), "a set with a TTL marks it");
+    assert_eq!(f, names(&["d", "f", "n", "p", "x"]), "a set with a TTL marks it (n: the key's replica count)");
     assert!(ttl > 0 && ttl <= 100_000, "{ttl}");
     apply(ch(Some("v32"), Op::Update), w(32, 1)).await.unwrap();
-    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "p"]), -1), "a set without TTL over one with a TTL drops it");
+    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "n", "p"]), -1), "a set without TTL over one with a TTL drops it");
     apply(ch(None, Op::Delete), w(33, 1)).await.unwrap();
     let (f, ttl) = block(|| fields(&mut r));
-    assert_eq!(f, names(&["f", "p", "t", "x"]), "a tombstone holds no payload");
+    assert_eq!(f, names(&["f", "n", "p", "t", "x"]), "a tombstone holds no payload");
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
     apply(ch(None, Op::Update), w(34, 1)).await.unwrap();
     let (f, ttl) = block(|| fields(&mut r));
-    assert_eq!(f, names(&["f", "p", "x"]), "an invalidate-mode record holds the position only");
+    assert_eq!(f, names(&["f", "n", "p", "x"]), "an invalidate-mode record holds the position only");
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
     apply(ch(Some("v35"), Op::Update), w(35, 1)).await.unwrap();
-    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "p"]), -1));
+    assert_eq!(block(|| fields(&mut r)), (names(&["d", "f", "n", "p"]), -1));
     assert_eq!(block(|| state(&mut r)), (35, vec![(Some("v35".into()), Some(35), false); 3]));
 
     // A writer with an older fencing token than the one that wrote the key is refused.
@@ -268,15 +268,16 @@ fn regression_sampler(prefix: String, stop: Arc<AtomicBool>, ids: u32) -> std::t
     })
 }
 
-/// Check the final state in Redis and Kafka against what the writer did.
-fn check_final_state(env: &Env, w: &Written) {
+/// Check the final state in Redis and Kafka against what the writer did: every key's
+/// `replicas` replicas hold its last change.
+fn check_final_state(env: &Env, w: &Written, replicas: u32) {
     let mut r = env.redis_client();
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
     for (&id, seq) in &w.last_seq {
         assert_eq!(r.wait_version(&k(id), *seq), *seq, "item {id}: version token = position of its last change");
     }
     for (&id, row) in &w.rows {
-        for i in 0..3 {
+        for i in 0..replicas {
             let (d, p, tomb) = r.record(&k(id), i);
             assert_eq!(p, Some(w.last_seq[&id]), "item {id} r{i}: replica written by the last change");
             match row {
@@ -296,9 +297,45 @@ fn check_final_state(env: &Env, w: &Written) {
     }
 }
 
+/// The mapping of the adaptive harness: counts 1..=3, a budget of 100 reads/s per master, and
+/// a cool-down and grace short enough that counts change every second or so.
+const ADAPTIVE_MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = { min = 1, max = 3 }\n\n\
+[adaptive]\nread_budget_per_master = 100\ncool_down_secs = 1\nshrink_grace_ms = 300\npoll_interval_ms = 100\nreport_max_age_ms = 300\n";
+
+/// Plays the fleet for the adaptive harness: every 100 ms a heat report calls three of the
+/// ids hot (1,000 reads/s), a different three every 700 ms, so keys keep growing and shrinking.
+/// Returns how many of its rounds found a hot key with a second replica (grown).
+fn heat_player(prefix: String, stop: Arc<AtomicBool>, ids: u32) -> std::thread::JoinHandle<usize> {
+    use binval_protocol::adaptive::{heat_bucket_key, heat_bucket_of, HeatReport, HEAT_REPORT_VERSION};
+    std::thread::spawn(move || {
+        let mut c = redis::cluster::ClusterClient::new(tk::redis_cluster().urls()).unwrap().get_connection().unwrap();
+        let instance = format!("{prefix}-fleet");
+        let t0 = Instant::now();
+        let mut grown = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let phase = (t0.elapsed().as_millis() / 700) as u32;
+            let keys: Vec<(String, f64)> = (0..3).map(|k| (format!("{prefix}:item:{}", 1 + (phase * 3 + k) % ids), 1000.0)).collect();
+            if keys.iter().any(|(k, _)| redis::cmd("EXISTS").arg(format!("{k}:r1")).query::<i64>(&mut c).unwrap_or(0) == 1) {
+                grown += 1;
+            }
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+            let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now, keys };
+            let _: Result<(), _> =
+                redis::cmd("HSET").arg(heat_bucket_key(heat_bucket_of(&instance))).arg(&instance).arg(r.to_json()).query(&mut c);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _: Result<(), _> = redis::cmd("HDEL").arg(heat_bucket_key(heat_bucket_of(&instance))).arg(&instance).query(&mut c);
+        grown
+    })
+}
+
 fn write_config(env: &Env, start: &str, lease_ms: u64) -> std::path::PathBuf {
+    write_config_with(env, start, lease_ms, MAPPING)
+}
+
+fn write_config_with(env: &Env, start: &str, lease_ms: u64, mapping: &str) -> std::path::PathBuf {
     let text =
-        env.config_toml(start, MAPPING).replace("reconnect_max_ms = 2000", &format!("reconnect_max_ms = 2000\nlease_ms = {lease_ms}"));
+        env.config_toml(start, mapping).replace("reconnect_max_ms = 2000", &format!("reconnect_max_ms = 2000\nlease_ms = {lease_ms}"));
     let dir = tk::state_root().join("configs");
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(format!("{}.toml", env.prefix));
@@ -320,23 +357,41 @@ fn kill_9_with_groups_in_flight_loses_nothing_and_never_regresses() {
     kill_9_harness("kill9g", 3, 0);
 }
 
+/// The same with adaptive replica counts changing all the time (issue #23): keys grow (copies
+/// of replica 0), announce a smaller count and lose their extra replicas while binval is
+/// killed at crash points and from outside. After a clean run, once the fleet is quiet, every
+/// key is back at one replica holding its last change, no extra replica is left behind, and no
+/// replica ever moved backwards.
+#[test]
+fn kill_9_while_replica_counts_change_loses_nothing_and_leaves_no_stale_copy() {
+    kill_9_harness_with("kill9a", 1, 15, true);
+}
+
 /// `rounds` (BINVAL_KILL_POINTS, default 20) kills of `binval run` at random crash points while
 /// `writers` writers change rows; then a clean run must hold every row's last change (see
 /// [`check_final_state`]) and no replica may ever have moved backwards.
 fn kill_9_harness(name: &str, writers: u32, max_sleep_ms: u64) {
+    kill_9_harness_with(name, writers, max_sleep_ms, false)
+}
+
+/// [`kill_9_harness`], with adaptive replica counts changing throughout when `adaptive`.
+fn kill_9_harness_with(name: &str, writers: u32, max_sleep_ms: u64, adaptive: bool) {
     let rounds: usize = std::env::var("BINVAL_KILL_POINTS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let _reap = ReapOnPanic;
     let env = Env::new(name, RedisKind::Cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
     let start = rt.block_on(env.binlog_now());
-    let cfg = write_config(&env, &start, 600);
+    let cfg = write_config_with(&env, &start, 600, if adaptive { ADAPTIVE_MAPPING } else { MAPPING });
     let log = tk::state_root().join(format!("{}.log", env.prefix));
     let seed: u64 = std::env::var("BINVAL_KILL_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(rand::random);
     println!("kill -9 harness: {rounds} rounds, seed {seed} (BINVAL_KILL_SEED), log {}", log.display());
 
     let stop = Arc::new(AtomicBool::new(false));
-    let sampler = regression_sampler(env.prefix.clone(), stop.clone(), IDS * writers);
+    let total_ids = IDS * writers;
+    let sampler = regression_sampler(env.prefix.clone(), stop.clone(), total_ids);
+    let heat_stop = Arc::new(AtomicBool::new(false));
+    let heat = adaptive.then(|| heat_player(env.prefix.clone(), heat_stop.clone(), total_ids));
     let writers: Vec<_> =
         (0..writers).map(|k| writer(env.db.clone(), stop.clone(), seed.wrapping_add(k as u64), 1 + k * IDS, max_sleep_ms)).collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x9e37);
@@ -369,16 +424,38 @@ fn kill_9_harness(name: &str, writers: u32, max_sleep_ms: u64) {
     let written = Written::merge(writers.into_iter().map(|w| w.join().unwrap()).collect());
     // A clean run catches up with everything since the last checkpoint.
     let mut child = binval_child(&cfg, None, &log);
-    check_final_state(&env, &written);
+    let mut grown = 0usize;
+    if let Some(h) = heat {
+        // The fleet goes quiet: every key must shrink back to one replica, leaving none behind.
+        let mut r = env.redis_client();
+        heat_stop.store(true, Ordering::Relaxed);
+        grown = h.join().unwrap();
+        assert!(grown > 0, "no key was ever seen grown: the counts did not change under the kills");
+        let until = Instant::now() + Duration::from_secs(40);
+        loop {
+            let prefix = &env.prefix;
+            let extra: Vec<String> = (1..=total_ids)
+                .flat_map(|id| (1..3).map(move |i| format!("{prefix}:item:{id}:r{i}")))
+                .filter(|k| r.cmd::<i64>(redis::cmd("EXISTS").arg(k)) == 1)
+                .collect();
+            if extra.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < until, "replicas left after the fleet went quiet: {extra:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    check_final_state(&env, &written, if adaptive { 1 } else { 3 });
     signal(&child, libc::SIGTERM);
     let status = wait_exit(&mut child, Duration::from_secs(30)).expect("binval stops on SIGTERM");
     assert!(status.success(), "{status}");
     let (samples, regressions) = sampler.join().unwrap();
     assert!(regressions.is_empty(), "replicas moved backwards: {regressions:?}");
     println!(
-        "kill -9 harness: {} changes, {} killed at crash points {fired:?}, {external} killed from outside, {samples} replica samples without regression",
+        "kill -9 harness: {} changes, {} killed at crash points {fired:?}, {external} killed from outside, {samples} replica samples without regression{}",
         written.changes.len(),
-        rounds - external
+        rounds - external,
+        if adaptive { format!(", {grown} heat rounds saw a hot key grown") } else { String::new() }
     );
     assert!(fired.values().sum::<u32>() as usize * 2 >= rounds, "most rounds must die at a crash point: {fired:?}");
 }
@@ -450,7 +527,7 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
     std::thread::sleep(Duration::from_millis(500));
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().unwrap();
-    check_final_state(&env, &written);
+    check_final_state(&env, &written, 3);
 
     // Every tenure took a larger fencing token; the last active instance (c) holds the newest
     // one and wrote with it.

@@ -9,6 +9,9 @@
 //! DEMO_UPDATES (default 200), DEMO_KEYS (default 20), DEMO_LOAD (background writer, commits/s;
 //! default 0 = none).
 //!
+//! Then a hot key (`hot.rs`): a third instance without a local cache reads `item:detail:1` as
+//! fast as it can, and the key, mapped with adaptive replica counts, spreads over the masters.
+//!
 //! With `DEMO_LOAD=N` a background writer runs single-row `UPDATE`s of 1,000 other rows at N
 //! commits/s (two connections) while the updates are timed, as an application's other traffic
 //! would; the demo then also prints the rate reached and the share of 20 ms samples in which
@@ -57,6 +60,7 @@ fn key(id: u32) -> String {
     format!("item:detail:{id}")
 }
 
+mod hot;
 mod load;
 
 #[tokio::main]
@@ -93,6 +97,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("{missing} evictions were not observed within 5 s");
     }
     println!("every instance evicted every change and then read the database's value");
+    hot::spread(&cfg.redis, &cfg.brokers, &cfg.topic, &key(1), Duration::from_secs(15)).await?;
     Ok(())
 }
 
@@ -105,7 +110,6 @@ async fn start_apps(cfg: &Settings) -> anyhow::Result<Vec<Consumer>> {
                 .redis_cluster(cfg.redis.clone())
                 .brokers(cfg.brokers.clone())
                 .topic(cfg.topic.clone())
-                .replicas(8)
                 .max_entries(10_000)
                 // Under DEMO_LOAD every other row's event is a notice too: room for seconds of them.
                 .eviction_channel_capacity(1 << 16)

@@ -26,7 +26,7 @@
 //! | `BINVAL_BROKERS` | required | Kafka bootstrap servers |
 //! | `BINVAL_TOPIC` | `binval.invalidations` | invalidation topic |
 //! | `BINVAL_KEY_PREFIX` | `item:detail:` | logical key = prefix + id (binval's key template) |
-//! | `BINVAL_REPLICAS` | `8` | suffix replica count N of those keys |
+//! | `BINVAL_REPLICAS` | `1` | the replica count N a read starts with; the records correct it (adaptive counts) |
 //! | `BINVAL_CACHE_MODE` | `all` | `all`, `hot`, or `prefix:<p1>,<p2>` |
 //! | `BINVAL_HOT_THRESHOLD` | `1000` | reads/s at which a key is hot |
 //! | `BINVAL_TTL_MS` | `60000` | safety-net TTL of a local entry |
@@ -132,7 +132,7 @@ async fn build_consumer(key_prefix: &str, max_staleness: Option<Duration>) -> an
     let mut b = Consumer::builder()
         .brokers(brokers)
         .topic(env("BINVAL_TOPIC").unwrap_or_else(|| "binval.invalidations".into()))
-        .replicas_for_prefix(key_prefix, env_or("BINVAL_REPLICAS", 8u32)?)
+        .replicas_for_prefix(key_prefix, env_or("BINVAL_REPLICAS", 1u32)?)
         .cache_mode(cache_mode(&env("BINVAL_CACHE_MODE").unwrap_or_else(|| "all".into()))?)
         .hot_key_threshold(env_or("BINVAL_HOT_THRESHOLD", 1000.0f64)?)
         .ttl(Duration::from_millis(env_or("BINVAL_TTL_MS", 60_000u64)?))
