@@ -63,40 +63,32 @@ pub async fn grow(redis: &RedisConn, source: &str, key: &str, from: u32, to: u32
 }
 
 /// Set `n = count` on the existing replicas `range` of `key`; returns how many were set.
-pub async fn announce(
-    redis: &RedisConn,
-    source: &str,
-    key: &str,
-    range: std::ops::Range<u32>,
-    count: u32,
-    token: u64,
-) -> Result<u32, Error> {
-    let mut c = redis.clone();
-    let script = replica_count_script();
-    let args = [token.to_string(), count.to_string()];
-    let mut n = 0;
-    for i in range {
-        let rk = replica_key(key, i);
-        let code: i64 = c.eval(&script, std::slice::from_ref(&rk), &args).await.map_err(|e| classify_redis(e, &rk))?;
-        match code {
-            1 => n += 1,
-            c if c < 0 => return Err(lost(source, &rk, token)),
-            _ => {}
-        }
-    }
-    Ok(n)
+pub async fn announce(redis: &RedisConn, source: &str, key: &str, range: std::ops::Range<u32>, count: u32, token: u64) -> Result<u32, Error> {
+    each_replica(redis, source, key, range, &replica_count_script(), &[token.to_string(), count.to_string()], token).await
 }
 
 /// Remove replicas `range` of `key` (a smaller count no longer has them); returns how many
 /// existed.
 pub async fn remove(redis: &RedisConn, source: &str, key: &str, range: std::ops::Range<u32>, token: u64) -> Result<u32, Error> {
+    each_replica(redis, source, key, range, &replica_remove_script(), &[token.to_string()], token).await
+}
+
+/// Run a fenced one-replica `script` with `args` on replicas `range` of `key`; the number of
+/// replies `1`. A reply below 0 (a newer fencing token) is a lost lease.
+async fn each_replica(
+    redis: &RedisConn,
+    source: &str,
+    key: &str,
+    range: std::ops::Range<u32>,
+    script: &str,
+    args: &[String],
+    token: u64,
+) -> Result<u32, Error> {
     let mut c = redis.clone();
-    let script = replica_remove_script();
-    let args = [token.to_string()];
     let mut n = 0;
     for i in range {
         let rk = replica_key(key, i);
-        let code: i64 = c.eval(&script, std::slice::from_ref(&rk), &args).await.map_err(|e| classify_redis(e, &rk))?;
+        let code: i64 = c.eval(script, std::slice::from_ref(&rk), args).await.map_err(|e| classify_redis(e, &rk))?;
         match code {
             1 => n += 1,
             c if c < 0 => return Err(lost(source, &rk, token)),
