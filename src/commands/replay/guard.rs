@@ -148,6 +148,10 @@ impl PresentGuard {
                 op = now.op.as_str(),
                 "replay: the database moved on since the logged change (or a record of the key is newer): writing its present state at the snapshot's position instead"
             );
+            // The scanner's mapper knows the configured counts only; the logged change carries
+            // the key's stored adaptive count (the writer's mapper loaded it), which the
+            // present state must write too (every copy readers may use, the same `n`).
+            let now = KeyChange { replicas: logged.replicas, count: logged.count, ..now };
             replaced.insert(i, Some(now));
         }
         for (i, c) in group.changes.iter().enumerate() {
