@@ -35,6 +35,14 @@
 //! and a report gives each key the larger of that and its hot-window rate
 //! ([`HotKeys::heat`]), both guaranteed rates (the sketch's lower bound).
 //!
+//! # The heat window
+//!
+//! The other rate of a report is not the hot-key window's (10 s by default, made for deciding
+//! what to cache) but a third pair over [`HEAT_WINDOW`] (2 s), by the sliding estimate. A key
+//! read at a modest rate by many instances is reported from it within a window or two, and a
+//! key whose reads stop is reported cool within two windows (4 s) instead of two hot-key
+//! windows (20 s): binval's cool-down then starts about 4 s after the load drops.
+//!
 //! A short window's count is used only when it holds at least [`SHORT_MIN_SAMPLES`] samples
 //! (by default 16 reads each): below that its noise would make the larger-of-two rate
 //! overstate keys read at a modest rate, in every instance alike, and binval's leader sums
@@ -140,6 +148,11 @@ impl SpaceSaving {
 /// Length of the short window (see "The short window of heat reports").
 pub(crate) const SHORT_WINDOW: Duration = Duration::from_millis(150);
 
+/// The window of heat reports' steady rates (see "The heat window"): short enough that a key
+/// whose reads stop is reported cool within two of it, long enough that a key each instance
+/// reads at the report minimum (100 reads/s) holds a few hundred reads in it.
+pub(crate) const HEAT_WINDOW: Duration = Duration::from_secs(2);
+
 /// Samples a short window must hold for its rate to count (see "The short window of heat
 /// reports").
 pub(crate) const SHORT_MIN_SAMPLES: u64 = 32;
@@ -210,10 +223,11 @@ impl Pair {
     }
 }
 
-/// The hot-key window and the short window of heat reports.
+/// The hot-key window, and the short window and the heat window of heat reports.
 struct Windows {
     long: Pair,
     short: Pair,
+    heat: Pair,
 }
 
 /// Read counter of one instance: sampled, two-window SpaceSaving (see the module docs).
@@ -235,6 +249,7 @@ impl HotKeys {
             w: Mutex::new(Windows {
                 long: Pair::new(s.window, s.capacity, Instant::now()),
                 short: Pair::new(SHORT_WINDOW, s.capacity, Instant::now()),
+                heat: Pair::new(HEAT_WINDOW, s.capacity, Instant::now()),
             }),
             published: Mutex::new(Vec::new()),
         }
@@ -261,8 +276,10 @@ impl HotKeys {
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
         w.long.rotate(now);
         w.short.rotate(now);
+        w.heat.rotate(now);
         w.long.cur.add(key, weight);
         w.short.cur.add(key, weight);
+        w.heat.cur.add(key, weight);
     }
 
     /// (estimated, guaranteed) reads per second of `key` over the last hot-key window.
@@ -272,23 +289,24 @@ impl HotKeys {
 
     /// The keys of a heat report ([`binval_protocol::adaptive::HeatReport`]): at most `top`
     /// keys whose read rate (reads per second of this instance) is at least `min_rate`, highest
-    /// first; a key's rate is the larger of its guaranteed rates over the hot-key window and
-    /// over the short window (module docs), so a step shows within [`SHORT_WINDOW`].
+    /// first; a key's rate is the larger of its guaranteed rates over the heat window and over
+    /// the short window (module docs), so a step shows within [`SHORT_WINDOW`] and a stop
+    /// within two [`HEAT_WINDOW`]s.
     pub(crate) fn heat(&self, top: usize, min_rate: f64) -> Vec<(String, f64)> {
         self.heat_at(top, min_rate, Instant::now())
     }
 
     fn heat_at(&self, top: usize, min_rate: f64, now: Instant) -> Vec<(String, f64)> {
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
-        w.long.rotate(now);
+        w.heat.rotate(now);
         w.short.rotate(now);
         let min_count = SHORT_MIN_SAMPLES * u64::from(self.s.sample_every.max(1));
         let mut out: HashMap<&Arc<str>, f64> = HashMap::new();
-        for k in w.long.keys().chain(w.short.keys()) {
+        for k in w.heat.keys().chain(w.short.keys()) {
             if out.contains_key(k) {
                 continue;
             }
-            let rate = w.long.rates(now, k).1.max(w.short.recent(now, k, min_count));
+            let rate = w.heat.rates(now, k).1.max(w.short.recent(now, k, min_count));
             out.insert(k, rate);
         }
         let mut out: Vec<(String, f64)> =
@@ -521,5 +539,16 @@ mod tests {
             }
         }
         assert_eq!(h.heat_at(1, 100.0, at(t)).len(), 1, "top bounds the report");
+        // The reads stop: within two heat windows the key is no longer reported (the hot-key
+        // window, 10 s, would take up to 20 s).
+        let stop = t;
+        let cool = loop {
+            t += 100_000;
+            if h.heat_at(32, 100.0, at(t)).iter().all(|(k, _)| k != "hot") {
+                break t - stop;
+            }
+            assert!(t - stop <= 2 * HEAT_WINDOW.as_micros() as u64, "still reported {} ms after the stop", (t - stop) / 1000);
+        };
+        assert!(cool >= 1_000_000, "a stop takes about a heat window to show: {cool} us");
     }
 }

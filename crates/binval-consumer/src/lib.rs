@@ -546,9 +546,10 @@
 //! [`ConsumerBuilder::heat_report_min_rate`] times a second (default 100), every `get`
 //! counted, local hits included, as `HSET binval:heat:{b} <instance id> <report JSON>`
 //! ([`binval_protocol::adaptive::HeatReport`]), and removes it at [`Consumer::shutdown`]. The
-//! rates come from hot-key detection, with a 150 ms window besides the hot-key window, so a key
-//! that goes from idle to 30,000 reads/s is reported at its rate within about 0.2 s of the
-//! step (one report later at most); an instance that reads nothing above the minimum writes
+//! rates come from hot-key detection, over a 150 ms and a 2 s window (not the hot-key window),
+//! so a key that goes from idle to 30,000 reads/s is reported at its rate within about 0.2 s
+//! of the step (one report later at most), and a key whose reads stop is reported cool within
+//! about 4 s; an instance that reads nothing above the minimum writes
 //! nothing. [`Stats::heat_reports_sent`] and [`Stats::heat_reports_failed`] count them; a
 //! failure is logged once per kind and retried at the next interval, never a failed read.
 //!

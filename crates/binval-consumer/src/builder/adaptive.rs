@@ -45,8 +45,9 @@ impl ConsumerBuilder {
 
     /// How often the heat report is written. Default **1 s**, at least 100 ms. binval's leader
     /// spreads a key within about two seconds of its rise with 1 s reports: a report's rates
-    /// follow a step within a fifth of a second (hot-key detection keeps a 150 ms window for
-    /// them besides [`ConsumerBuilder::hot_key_window`]). Longer intervals spread later and
+    /// follow a step within a fifth of a second and a stop within about 4 s (hot-key
+    /// detection keeps a 150 ms and a 2 s window for them besides
+    /// [`ConsumerBuilder::hot_key_window`]). Longer intervals spread later and
     /// write less (one `HSET` per interval per instance, none while no key is above
     /// [`ConsumerBuilder::heat_report_min_rate`]).
     ///
