@@ -93,7 +93,7 @@ impl Apps {
                 b.redis_cluster(bench.cluster.clone())
                     .brokers(bench.brokers.clone())
                     .topic(topic.to_string())
-                    .replicas(8)
+                    .replicas(bench.replicas)
                     .max_entries(bench.rows as u64 + 1_000)
                     .eviction_channel_capacity(1 << 16)
                     .build()

@@ -87,7 +87,7 @@ pub fn rate_name(r: Rate) -> String {
 }
 
 /// (p50, p99, max) of `v`; NaN when empty.
-fn quantiles(v: &[f64]) -> (f64, f64, f64) {
+pub fn quantiles(v: &[f64]) -> (f64, f64, f64) {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
     let q = |p: f64| v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN);

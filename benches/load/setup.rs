@@ -23,8 +23,14 @@ pub struct Bench {
     pub cluster: Vec<String>,
     /// binval's `redis.mode`: `cluster` (the default) or `standalone` (the fan-out benchmark).
     pub redis_mode: &'static str,
-    /// Suffix replicas per key (`replicas` of the mapping; the app instances must use the same).
+    /// Suffix replicas per key (`replicas` of the mapping; the app instances use the same).
     pub replicas: u32,
+    /// The mapping's `replicas` setting when it is not the static [`Bench::replicas`] (the
+    /// adaptive benchmark's `{ min = 1, max = 16 }`); the app instances then use
+    /// [`Bench::replicas`] as their default count only.
+    pub replicas_setting: Option<String>,
+    /// Sections appended to binval's config (the adaptive benchmark's `[adaptive]`).
+    pub extra_sections: String,
     /// Extra lines of binval's `[kafka]` section for the next [`Bench::config`] (the fan-out
     /// benchmark's `event_format`).
     pub kafka_extra: String,
@@ -53,6 +59,8 @@ impl Bench {
             cluster,
             redis_mode: "cluster",
             replicas: 8,
+            replicas_setting: None,
+            extra_sections: String::new(),
             kafka_extra: String::new(),
             brokers,
             before_rows: (String::new(), 0),
@@ -60,11 +68,15 @@ impl Bench {
         let mut c = mysql_async::Conn::from_url(bench.app_url()).await?;
         c.query_drop("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(200) NOT NULL, price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, updated DATETIME(3) NOT NULL)").await?;
         bench.before_rows = bench.binlog_now().await?;
-        c.query_drop(format!(
-            "INSERT INTO items SELECT seq, CONCAT('product ', seq), 10.00, 1000000, NOW(3) FROM seq_1_to_{}",
-            rows + PROBES
-        ))
-        .await?;
+        // 50,000 rows per transaction: a million-row table (the adaptive benchmark) is not
+        // one huge transaction binval would have to hold.
+        let mut from = 1;
+        while from <= rows + PROBES {
+            let to = (from + 49_999).min(rows + PROBES);
+            c.query_drop(format!("INSERT INTO items SELECT seq, CONCAT('product ', seq), 10.00, 1000000, NOW(3) FROM seq_{from}_to_{to}"))
+                .await?;
+            from = to + 1;
+        }
         c.query_drop(format!("GRANT CREATE, INSERT, UPDATE ON `{}`.* TO 'binval'@'%'", bench.db)).await?;
         c.disconnect().await?;
         Ok(bench)
@@ -137,7 +149,7 @@ keys = ["{prefix}:item:{{id}}"]
 replicas = {replicas}
 payload = "row"
 mode = "write-through"
-"#,
+{extra}"#,
             prefix = self.prefix,
             repl = self.repl_url,
             sid = 20_000 + std::process::id() % 10_000,
@@ -145,7 +157,8 @@ mode = "write-through"
             urls = urls.join(", "),
             brokers = self.brokers,
             redis_mode = self.redis_mode,
-            replicas = self.replicas,
+            replicas = self.replicas_setting.clone().unwrap_or_else(|| self.replicas.to_string()),
+            extra = self.extra_sections,
             kafka_extra = self.kafka_extra,
             linger = match std::env::var("BENCH_LINGER_MS") {
                 Ok(ms) => format!("properties = {{ \"linger.ms\" = \"{ms}\" }}\n"),

@@ -63,7 +63,14 @@ pub async fn grow(redis: &RedisConn, source: &str, key: &str, from: u32, to: u32
 }
 
 /// Set `n = count` on the existing replicas `range` of `key`; returns how many were set.
-pub async fn announce(redis: &RedisConn, source: &str, key: &str, range: std::ops::Range<u32>, count: u32, token: u64) -> Result<u32, Error> {
+pub async fn announce(
+    redis: &RedisConn,
+    source: &str,
+    key: &str,
+    range: std::ops::Range<u32>,
+    count: u32,
+    token: u64,
+) -> Result<u32, Error> {
     each_replica(redis, source, key, range, &replica_count_script(), &[token.to_string(), count.to_string()], token).await
 }
 
