@@ -32,8 +32,8 @@
 //! only two thirds of it after one) but the larger of the last complete short window's rate
 //! and the current one's so far (divided by at least half a window, so a few reads at its
 //! start do not extrapolate). A step then shows in full within 1.25 short windows (190 ms),
-//! and a report gives each key the larger of that and its hot-window rate
-//! ([`HotKeys::heat`]), both guaranteed rates (the sketch's lower bound).
+//! and a report gives each key the larger of that and its heat-window rate (below,
+//! [`HotKeys::heat`]), both guaranteed rates (the sketch's lower bound).
 //!
 //! # The heat window
 //!
