@@ -263,12 +263,7 @@ async fn main() -> anyhow::Result<()> {
     println!("  (stale: older than the change committed {} ms before the read began)\n", readers::STALE_MS);
 
     // ---- 4. the maximum rate
-    let rates: Vec<Rate> = std::env::var("BENCH_RATES")
-        .unwrap_or_else(|_| "1000,max".into())
-        .split(',')
-        .filter(|r| !r.trim().is_empty())
-        .map(|r| if r.trim() == "max" { None } else { r.trim().parse().ok() })
-        .collect();
+    let rates = cell::rates("1000,max");
     let mut rows = Vec::new();
     let mut cells = Vec::new();
     for rate in rates {

@@ -80,9 +80,8 @@ impl Masters {
         redis::cmd("HGET").arg(key).arg(field).query::<Option<String>>(&mut self.conns[i]).ok().flatten()
     }
 
-    /// `EXISTS key` on its owner.
+    /// `EXISTS key`, answered by its owner (the others redirect).
     pub fn exists(&mut self, key: &str) -> bool {
-        let Some(i) = self.owner(key) else { return false };
-        redis::cmd("EXISTS").arg(key).query::<i64>(&mut self.conns[i]).unwrap_or(0) == 1
+        self.conns.iter_mut().find_map(|c| redis::cmd("EXISTS").arg(key).query::<i64>(c).ok()) == Some(1)
     }
 }

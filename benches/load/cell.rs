@@ -7,6 +7,17 @@ use std::time::{Duration, Instant};
 use crate::report::Cell;
 use crate::{apps, binval, cpu, report, setup, writer, Rate};
 
+/// The writer rates of `BENCH_RATES` (`default` when unset): commits/s, `max` = as fast as the
+/// connections go; an empty list is no cell. Panics naming `BENCH_RATES` on anything else.
+pub fn rates(default: &str) -> Vec<Rate> {
+    std::env::var("BENCH_RATES")
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| if s.trim() == "max" { None } else { Some(s.trim().parse().expect("BENCH_RATES: numbers or max")) })
+        .collect()
+}
+
 /// One cell: a fresh binval, two app instances, the writer at `rate` for `secs`, then the
 /// catch-up after the writer stops.
 pub async fn run_cell(bench: &setup::Bench, rate: Rate, writers: usize, secs: Duration) -> anyhow::Result<Cell> {

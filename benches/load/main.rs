@@ -43,15 +43,6 @@ fn env_or<T: std::str::FromStr>(k: &str, d: T) -> T {
     std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
 }
 
-fn rates() -> Vec<Rate> {
-    std::env::var("BENCH_RATES")
-        .unwrap_or_else(|_| "200,1000,5000,max".into())
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| if s.trim() == "max" { None } else { Some(s.trim().parse().expect("BENCH_RATES: numbers or max")) })
-        .collect()
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     // `cargo bench` passes `--bench`; nothing else is taken from the command line.
@@ -67,7 +58,7 @@ async fn main() -> anyhow::Result<()> {
     binval::seed(&bench).await?;
 
     let mut cells = Vec::new();
-    for rate in rates() {
+    for rate in cell::rates("200,1000,5000,max") {
         let secs = if rate.is_none() { env_or("BENCH_MAX_SECS", 45) } else { env_or("BENCH_SECS", 20) };
         eprintln!("== cell {}: {secs} s of writing", report::rate_name(rate));
         cells.push(cell::run_cell(&bench, rate, writers, Duration::from_secs(secs)).await?);
