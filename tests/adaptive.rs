@@ -29,7 +29,7 @@ fn record(r: &mut RedisClient, key: &str, i: u32) -> std::collections::HashMap<S
 /// Write one heat report for `instance` saying `key` is read at `rate` reads/s.
 fn report(r: &mut RedisClient, instance: &str, key: &str, rate: f64) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    let rep = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now, keys: vec![(key.to_string(), rate)] };
+    let rep = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now, keys: vec![(key.to_string(), rate)], now: vec![] };
     let _: () = r.cmd(redis::cmd("HSET").arg(heat_bucket_key(heat_bucket_of(instance))).arg(instance).arg(rep.to_json()));
 }
 

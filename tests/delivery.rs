@@ -319,7 +319,7 @@ fn heat_player(prefix: String, stop: Arc<AtomicBool>, ids: u32) -> std::thread::
                 grown += 1;
             }
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-            let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now, keys };
+            let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now, keys, now: vec![] };
             let _: Result<(), _> =
                 redis::cmd("HSET").arg(heat_bucket_key(heat_bucket_of(&instance))).arg(&instance).arg(r.to_json()).query(&mut c);
             std::thread::sleep(Duration::from_millis(100));

@@ -19,6 +19,14 @@
 //! for `cool_down_secs` without a break; then it goes to that smaller count (announced first,
 //! see `resize`). A key that is no longer reported reads at 0. A pin
 //! (`[[adaptive.pin]]`) fixes the count.
+//!
+//! Each key has two rates ([`KeyRate`]): the steady one, which follows a rise within a fifth
+//! of a second but a stop only within about 4 s (the instances' heat window), and the recent
+//! one, the instances' last fraction of a second. Growing follows the steady rate. The
+//! cool-down clock starts when the recent rate fits the smaller count and restarts whenever
+//! it does not; the shrink happens once the clock has run `cool_down_secs` and the steady rate
+//! agrees. So a key whose reads fell is back at the smaller count a cool-down (plus one report
+//! and one poll interval) after the fall, not a cool-down after the steady rate caught up.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -52,6 +60,22 @@ pub fn needed(rate: f64, budget: f64, r: Replicas, masters: usize, covered: impl
     (r.min.max(2)..=r.max).find(|&n| covered(n) >= want).unwrap_or(r.max)
 }
 
+/// A key's fleet read rates, reads per second (module docs, "Hysteresis").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KeyRate {
+    /// The steady rate: counts grow from it, and a shrink waits for it.
+    pub steady: f64,
+    /// The recent rate: the cool-down clock runs from it.
+    pub recent: f64,
+}
+
+impl KeyRate {
+    /// Both rates the same (a key read at a constant `rate`).
+    pub fn flat(rate: f64) -> Self {
+        KeyRate { steady: rate, recent: rate }
+    }
+}
+
 /// A count change the leader decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
@@ -70,7 +94,7 @@ pub struct Decider {
 
 impl Decider {
     /// The change, if any, for `key` of a mapping with `r`, now at `current` copies, read at
-    /// `rate` reads/s over the fleet. `covered` and `masters` as for [`needed`].
+    /// `rate` over the fleet. `covered` and `masters` as for [`needed`].
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
@@ -78,7 +102,7 @@ impl Decider {
         key: &str,
         r: Replicas,
         current: u32,
-        rate: f64,
+        rate: KeyRate,
         masters: usize,
         covered: impl Fn(u32) -> usize + Copy,
         now: Instant,
@@ -88,26 +112,26 @@ impl Decider {
             return (pin != current).then(|| Decision { to: pin, why: format!("pinned to {pin} by [[adaptive.pin]]") });
         }
         let budget = cfg.read_budget_per_master;
-        let up = needed(rate, budget, r, masters, covered);
+        let up = needed(rate.steady, budget, r, masters, covered);
         if up > current {
             self.low_since.remove(key);
-            return Some(Decision { to: up, why: why(rate, budget, up, masters, covered) });
+            return Some(Decision { to: up, why: why(rate.steady, budget, up, masters, covered) });
         }
-        let down = needed(rate * cfg.shrink_headroom, budget, r, masters, covered);
-        if down >= current {
+        if needed(rate.recent * cfg.shrink_headroom, budget, r, masters, covered) >= current {
             self.low_since.remove(key);
             return None;
         }
         let since = *self.low_since.entry(key.to_string()).or_insert(now);
-        if now.duration_since(since) < Duration::from_secs(cfg.cool_down_secs) {
+        let down = needed(rate.steady * cfg.shrink_headroom, budget, r, masters, covered);
+        if now.duration_since(since) < Duration::from_secs(cfg.cool_down_secs) || down >= current {
             return None;
         }
         self.low_since.remove(key);
         Some(Decision {
             to: down,
             why: format!(
-                "cooled: fleet reads {rate:.0}/s (x{} headroom) fit {down} copies for {} s",
-                cfg.shrink_headroom, cfg.cool_down_secs
+                "cooled: fleet reads {:.0}/s (x{} headroom) fit {down} copies for {} s",
+                rate.steady, cfg.shrink_headroom, cfg.cool_down_secs
             ),
         })
     }
@@ -145,20 +169,43 @@ mod tests {
     #[test]
     fn grows_at_once_and_shrinks_after_the_cool_down() {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now());
-        assert_eq!(d.step(&c, "k", R, 1, 1_000.0, 3, cov, t0), None);
-        let g = d.step(&c, "k", R, 1, 120_000.0, 3, cov, t0).unwrap();
+        assert_eq!(d.step(&c, "k", R, 1, KeyRate::flat(1_000.0), 3, cov, t0), None);
+        let g = d.step(&c, "k", R, 1, KeyRate::flat(120_000.0), 3, cov, t0).unwrap();
         assert_eq!(g.to, 3);
         assert!(g.why.contains("120000"), "{}", g.why);
         // Still hot, then at the edge: 40k x 1.5 = 60k needs 2 masters: no shrink below 2.
-        assert_eq!(d.step(&c, "k", R, 3, 120_000.0, 3, cov, t0), None);
-        assert_eq!(d.step(&c, "k", R, 3, 40_000.0, 3, cov, t0 + Duration::from_secs(1)), None);
-        assert_eq!(d.step(&c, "k", R, 3, 40_000.0, 3, cov, t0 + Duration::from_secs(12)).unwrap().to, 2);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(120_000.0), 3, cov, t0), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(40_000.0), 3, cov, t0 + Duration::from_secs(1)), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(40_000.0), 3, cov, t0 + Duration::from_secs(12)).unwrap().to, 2);
         // Idle: waits the cool-down from the first idle step, any rise resets it.
-        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(20)), None);
-        assert_eq!(d.step(&c, "k", R, 2, 45_000.0, 3, cov, t0 + Duration::from_secs(25)), None);
-        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(26)), None);
-        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(35)), None);
-        assert_eq!(d.step(&c, "k", R, 2, 0.0, 3, cov, t0 + Duration::from_secs(36)).unwrap().to, 1);
+        assert_eq!(d.step(&c, "k", R, 2, KeyRate::flat(0.0), 3, cov, t0 + Duration::from_secs(20)), None);
+        assert_eq!(d.step(&c, "k", R, 2, KeyRate::flat(45_000.0), 3, cov, t0 + Duration::from_secs(25)), None);
+        assert_eq!(d.step(&c, "k", R, 2, KeyRate::flat(0.0), 3, cov, t0 + Duration::from_secs(26)), None);
+        assert_eq!(d.step(&c, "k", R, 2, KeyRate::flat(0.0), 3, cov, t0 + Duration::from_secs(35)), None);
+        assert_eq!(d.step(&c, "k", R, 2, KeyRate::flat(0.0), 3, cov, t0 + Duration::from_secs(36)).unwrap().to, 1);
+    }
+
+    /// The clock runs from the recent rate: a key whose reads stopped at t0 shrinks at
+    /// t0 + cool-down even though its steady rate lagged 4 s behind; a recent rise restarts it;
+    /// a steady rate that still needs the copies holds the shrink back.
+    #[test]
+    fn the_cool_down_runs_from_the_recent_rate() {
+        let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now());
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let lagging = KeyRate { steady: 120_000.0, recent: 0.0 };
+        assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(0)), None);
+        assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(4)), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate { steady: 0.0, recent: 0.0 }, 3, cov, s(9)), None);
+        let shrink = d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(10)).unwrap();
+        assert_eq!(shrink.to, 1);
+        assert!(shrink.why.contains("cooled"), "{}", shrink.why);
+        // A recent rise restarts the clock.
+        assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(20)), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate { steady: 120_000.0, recent: 120_000.0 }, 3, cov, s(25)), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(34)), None);
+        // The clock has run but the steady rate still needs 3 copies: wait for it.
+        assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(44)), None);
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(45)).unwrap().to, 1);
     }
 
     #[test]
@@ -181,8 +228,8 @@ mod tests {
         let mut c = cfg();
         c.pin.push(super::super::Pin { key: None, prefix: Some("item:".into()), replicas: 8 });
         let mut d = Decider::default();
-        assert_eq!(d.step(&c, "item:1", R, 1, 0.0, 3, cov, Instant::now()).unwrap().to, 8);
-        assert_eq!(d.step(&c, "item:1", R, 8, 1e9, 3, cov, Instant::now()), None);
-        assert_eq!(d.step(&c, "user:1", R, 1, 0.0, 3, cov, Instant::now()), None);
+        assert_eq!(d.step(&c, "item:1", R, 1, KeyRate::flat(0.0), 3, cov, Instant::now()).unwrap().to, 8);
+        assert_eq!(d.step(&c, "item:1", R, 8, KeyRate::flat(1e9), 3, cov, Instant::now()), None);
+        assert_eq!(d.step(&c, "user:1", R, 1, KeyRate::flat(0.0), 3, cov, Instant::now()), None);
     }
 }

@@ -12,8 +12,12 @@ use crate::redis_conn::RedisConn;
 /// The fleet's read rates, summed per key.
 #[derive(Debug, Default, Clone)]
 pub struct FleetHeat {
-    /// Logical key -> reads/s over every instance whose report counted.
+    /// Logical key -> steady reads/s over every instance whose report counted
+    /// (`HeatReport::keys`): counts grow from it.
     pub rates: HashMap<String, f64>,
+    /// Logical key -> recent reads/s over the same reports (`HeatReport::now`, or the steady
+    /// rate of a report without it): the cool-down clock runs from it.
+    pub recent: HashMap<String, f64>,
     /// Reports counted (instances reporting).
     pub instances: usize,
     /// Report fields that did not parse, as `(hash, field, reason)` (logged by the caller).
@@ -47,8 +51,9 @@ pub async fn read(redis: &RedisConn, now_ms: u64, max_age_ms: u64) -> Result<Fle
                 continue;
             }
             heat.instances += 1;
-            for (k, rate) in report.keys {
-                *heat.rates.entry(k).or_default() += rate;
+            for (k, steady, recent) in report.rates() {
+                *heat.rates.entry(k.to_string()).or_default() += steady;
+                *heat.recent.entry(k.to_string()).or_default() += recent;
             }
         }
         if !stale.is_empty() {

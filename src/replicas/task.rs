@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::counts::{self, KeyCount, Stored};
-use super::decide::Decider;
+use super::decide::{Decider, KeyRate};
 use super::resize::{self, Resized};
 use super::{heat, AdaptiveConfig};
 use crate::config::Replicas;
@@ -184,10 +184,11 @@ impl Leader {
         let mut at_max = 0usize;
         for key in &keys {
             let Some(r) = self.mapper.adaptive_rule_of(key) else { continue };
-            let rate = heat.rates.get(key).copied().unwrap_or(0.0);
+            let steady = heat.rates.get(key).copied().unwrap_or(0.0);
+            let rate = KeyRate { steady, recent: heat.recent.get(key).copied().unwrap_or(steady) };
             let cur = self.mapper.counts().get(key).unwrap_or(KeyCount { count: r.min, write: r.min });
             let covered = |n: u32| self.covered(key, n);
-            if cur.count >= r.max && rate > self.cfg.read_budget_per_master * covered(cur.count) as f64 {
+            if cur.count >= r.max && steady > self.cfg.read_budget_per_master * covered(cur.count) as f64 {
                 at_max += 1;
             }
             if let Some(d) = decider.step(&self.cfg, key, r, cur.count, rate, masters, covered, now) {
@@ -199,10 +200,10 @@ impl Leader {
                     };
                     let w = cur.write.max(d.to);
                     let remove_at_ms = (w > d.to).then(|| stored.get(key).and_then(|s| s.remove_at_ms).unwrap_or(now_ms));
-                    (op, Stored { n: d.to, w, at_ms: now_ms, why: d.why, reads_per_sec: rate, remove_at_ms })
+                    (op, Stored { n: d.to, w, at_ms: now_ms, why: d.why, reads_per_sec: steady, remove_at_ms })
                 } else {
                     let remove_at_ms = Some(now_ms + self.cfg.shrink_grace_ms);
-                    let s = Stored { n: d.to, w: cur.write, at_ms: now_ms, why: d.why, reads_per_sec: rate, remove_at_ms };
+                    let s = Stored { n: d.to, w: cur.write, at_ms: now_ms, why: d.why, reads_per_sec: steady, remove_at_ms };
                     (CountOp::Announce { write: cur.write, to: d.to }, s)
                 };
                 tracing::info!(key = %key, from = cur.count, to = s.n, why = %s.why, "replica count decided");
@@ -215,7 +216,7 @@ impl Leader {
                 }
                 pending.pop();
             } else if let Some(s) = stored.get_mut(key) {
-                s.reads_per_sec = rate;
+                s.reads_per_sec = steady;
             }
             // The grace of an announced shrink is over: remove the extra replicas.
             let due = stored.get(key).filter(|s| s.w > s.n && s.remove_at_ms.is_some_and(|t| t <= now_ms)).cloned();

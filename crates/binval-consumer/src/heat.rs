@@ -194,7 +194,8 @@ async fn run(redis: RedisConn, shared: Arc<Shared>, counts: Arc<ReplicaCounts>, 
             let keys = shared.hot.as_ref().map(|hot| hot.heat(h.top_keys, h.min_rate)).unwrap_or_default();
             if !(keys.is_empty() && said_nothing) {
                 let empty = keys.is_empty();
-                let report = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now_ms(), keys };
+                let (keys, now): (Vec<(String, f64)>, Vec<f64>) = keys.into_iter().map(|(k, steady, recent)| ((k, steady), recent)).unzip();
+                let report = HeatReport { v: HEAT_REPORT_VERSION, at_ms: now_ms(), keys, now };
                 let mut cmd = redis::cmd("HSET");
                 cmd.arg(&bucket_key).arg(&s.instance_id).arg(report.to_json());
                 match redis.query::<i64>(&cmd, &format!("HSET `{bucket_key}` {}", s.instance_id), s.timeout).await {

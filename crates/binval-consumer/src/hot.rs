@@ -41,7 +41,9 @@
 //! what to cache) but a third pair over [`HEAT_WINDOW`] (2 s), by the sliding estimate. A key
 //! read at a modest rate by many instances is reported from it within a window or two, and a
 //! key whose reads stop is reported cool within two windows (4 s) instead of two hot-key
-//! windows (20 s): binval's cool-down then starts about 4 s after the load drops.
+//! windows (20 s). Each reported key also carries its recent rate, the short window's alone
+//! (`HeatReport::now`): it shows a stop within two short windows, and binval's cool-down clock
+//! runs from it, so the cool-down starts a report interval after the load drops, not 4 s.
 //!
 //! A short window's count is used only when it holds at least [`SHORT_MIN_SAMPLES`] samples
 //! (by default 16 reads each): below that its noise would make the larger-of-two rate
@@ -289,28 +291,30 @@ impl HotKeys {
 
     /// The keys of a heat report ([`binval_protocol::adaptive::HeatReport`]): at most `top`
     /// keys whose read rate (reads per second of this instance) is at least `min_rate`, highest
-    /// first; a key's rate is the larger of its guaranteed rates over the heat window and over
-    /// the short window (module docs), so a step shows within [`SHORT_WINDOW`] and a stop
-    /// within two [`HEAT_WINDOW`]s.
-    pub(crate) fn heat(&self, top: usize, min_rate: f64) -> Vec<(String, f64)> {
+    /// first, as `(key, steady rate, recent rate)`. The steady rate is the larger of the key's
+    /// guaranteed rates over the heat window and over the short window (module docs), so a step
+    /// shows within [`SHORT_WINDOW`] and a stop within two [`HEAT_WINDOW`]s; the recent rate
+    /// is the short window's alone, counted from every sample, so a stop shows in it within two
+    /// short windows (binval's cool-down clock starts from it).
+    pub(crate) fn heat(&self, top: usize, min_rate: f64) -> Vec<(String, f64, f64)> {
         self.heat_at(top, min_rate, Instant::now())
     }
 
-    fn heat_at(&self, top: usize, min_rate: f64, now: Instant) -> Vec<(String, f64)> {
+    fn heat_at(&self, top: usize, min_rate: f64, now: Instant) -> Vec<(String, f64, f64)> {
         let mut w = self.w.lock().unwrap_or_else(|p| p.into_inner());
         w.heat.rotate(now);
         w.short.rotate(now);
         let min_count = SHORT_MIN_SAMPLES * u64::from(self.s.sample_every.max(1));
-        let mut out: HashMap<&Arc<str>, f64> = HashMap::new();
+        let mut out: HashMap<&Arc<str>, (f64, f64)> = HashMap::new();
         for k in w.heat.keys().chain(w.short.keys()) {
             if out.contains_key(k) {
                 continue;
             }
             let rate = w.heat.rates(now, k).1.max(w.short.recent(now, k, min_count));
-            out.insert(k, rate);
+            out.insert(k, (rate, w.short.recent(now, k, 0)));
         }
-        let mut out: Vec<(String, f64)> =
-            out.into_iter().filter(|(_, r)| *r >= min_rate && *r > 0.0).map(|(k, r)| (k.to_string(), r)).collect();
+        let mut out: Vec<(String, f64, f64)> =
+            out.into_iter().filter(|(_, (r, _))| *r >= min_rate && *r > 0.0).map(|(k, (r, recent))| (k.to_string(), r, recent)).collect();
         drop(w);
         out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         out.truncate(top);
@@ -525,13 +529,15 @@ mod tests {
                 h.record_weighted("cold", 1, at(t));
             }
             let heat = h.heat_at(32, 100.0, at(t));
-            let rate = |k: &str| heat.iter().find(|(key, _)| key == k).map(|(_, r)| *r);
+            let rate = |k: &str| heat.iter().find(|(key, _, _)| key == k).map(|(_, r, _)| *r);
             assert_eq!(rate("cold"), None, "{heat:?}");
             if t >= 12_000_000 {
                 let r = rate("steady").unwrap_or(0.0);
                 assert!((800.0..=1400.0).contains(&r), "steady key at {t} us: {r} {heat:?}");
             }
             if t >= step_us + 200_000 {
+                let recent = heat.iter().find(|(key, _, _)| key == "hot").map_or(0.0, |(_, _, n)| *n);
+                assert!(recent >= 25_000.0, "recent rate {} ms after the step: {recent}", (t - step_us) / 1000);
                 let r = rate("hot").unwrap_or(0.0);
                 assert!(r >= 25_000.0, "step at {step_us} us, {} ms after it: {r} reads/s {heat:?}", (t - step_us) / 1000);
                 assert!(r <= 33_000.0, "{r}");
@@ -541,10 +547,13 @@ mod tests {
         assert_eq!(h.heat_at(1, 100.0, at(t)).len(), 1, "top bounds the report");
         // The reads stop: within two heat windows the key is no longer reported (the hot-key
         // window, 10 s, would take up to 20 s).
+        // The recent rate shows the stop within two short windows (300 ms).
         let stop = t;
+        let recent = |t: u64| h.heat_at(32, 100.0, at(t)).into_iter().find(|(k, _, _)| k == "hot").map(|(_, _, n)| n);
+        assert!(recent(stop + 2 * SHORT_WINDOW.as_micros() as u64 + 1_000).is_some_and(|n| n == 0.0), "recent rate after the stop");
         let cool = loop {
             t += 100_000;
-            if h.heat_at(32, 100.0, at(t)).iter().all(|(k, _)| k != "hot") {
+            if h.heat_at(32, 100.0, at(t)).iter().all(|(k, _, _)| k != "hot") {
                 break t - stop;
             }
             assert!(t - stop <= 2 * HEAT_WINDOW.as_micros() as u64, "still reported {} ms after the stop", (t - stop) / 1000);

@@ -99,7 +99,7 @@ pub fn heat_bucket_of(instance_id: &str) -> u16 {
 }
 
 /// What one app instance reports: its most-read keys over its recent reads. Serialized as JSON,
-/// e.g. `{"v":1,"at_ms":1764790000000,"keys":[["item:detail:6666",41250.0]]}`.
+/// e.g. `{"v":1,"at_ms":1764790000000,"keys":[["item:detail:6666",41250.0]],"now":[40800.0]}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HeatReport {
     /// [`HEAT_REPORT_VERSION`].
@@ -107,8 +107,16 @@ pub struct HeatReport {
     /// When the report was made, Unix ms (the instance's clock).
     pub at_ms: u64,
     /// `(logical key, reads per second)`, most read first. Reads are the app's `get` calls of
-    /// the key, local hits included.
+    /// the key, local hits included. The rate is a steady one (it follows a rise within a
+    /// fifth of a second but a stop only within a few seconds): binval grows counts from it.
     pub keys: Vec<(String, f64)>,
+    /// The same keys' reads per second over the last fraction of a second, index by index
+    /// with `keys` (empty in reports of consumers that predate it; the leader then takes the
+    /// steady rate). It follows a stop as fast as a rise: binval's cool-down clock starts and
+    /// restarts from it, so a key that cools is back at `min` copies a cool-down after its
+    /// reads fell, not a cool-down after the steady rate caught up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub now: Vec<f64>,
 }
 
 impl HeatReport {
@@ -129,7 +137,27 @@ impl HeatReport {
         if let Some((k, rate)) = r.keys.iter().find(|(_, rate)| !rate.is_finite() || *rate < 0.0) {
             return Err(format!("heat report: key {k:?} has read rate {rate}"));
         }
+        if !r.now.is_empty() && r.now.len() != r.keys.len() {
+            return Err(format!("heat report: {} recent rates (`now`) for {} keys", r.now.len(), r.keys.len()));
+        }
+        if let Some((i, rate)) = r.now.iter().enumerate().find(|(_, rate)| !rate.is_finite() || **rate < 0.0) {
+            return Err(format!("heat report: key {:?} has recent read rate {rate}", r.keys[i].0));
+        }
         Ok(r)
+    }
+
+    /// Each key with its steady rate and its recent one (`now`, or the steady rate in a report
+    /// without it), reads per second.
+    ///
+    /// ```
+    /// use binval_protocol::adaptive::HeatReport;
+    /// let r = HeatReport::parse(br#"{"v":1,"at_ms":5,"keys":[["k",2.5]],"now":[0.0]}"#).unwrap();
+    /// assert_eq!(r.rates().collect::<Vec<_>>(), vec![("k", 2.5, 0.0)]);
+    /// let old = HeatReport::parse(br#"{"v":1,"at_ms":5,"keys":[["k",2.5]]}"#).unwrap();
+    /// assert_eq!(old.rates().collect::<Vec<_>>(), vec![("k", 2.5, 2.5)]);
+    /// ```
+    pub fn rates(&self) -> impl Iterator<Item = (&str, f64, f64)> {
+        self.keys.iter().enumerate().map(|(i, (k, steady))| (k.as_str(), *steady, self.now.get(i).copied().unwrap_or(*steady)))
     }
 
     /// The JSON text of the report.
@@ -205,10 +233,12 @@ mod tests {
 
     #[test]
     fn reports_round_trip_and_bad_ones_are_named() {
-        let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: 7, keys: vec![("item:1".into(), 1e5)] };
+        let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: 7, keys: vec![("item:1".into(), 1e5)], now: vec![9e4] };
         assert_eq!(HeatReport::parse(r.to_json().as_bytes()).unwrap(), r);
         assert!(HeatReport::parse(br#"{"v":2,"at_ms":1,"keys":[]}"#).unwrap_err().contains("version 2"));
         assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",-1.0]]}"#).unwrap_err().contains("\"k\""));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[1.0,2.0]}"#).unwrap_err().contains("2 recent rates"));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[-1.0]}"#).unwrap_err().contains("\"k\""));
         assert!(parse_count(Some(b"65")).unwrap_err().contains("\"65\""));
         assert!(parse_count(Some(b"x")).is_err());
     }
