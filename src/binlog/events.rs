@@ -411,6 +411,12 @@ fn on_mysql_gtid(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, g: &GtidE
     ctx.group_begins(placed);
     let gtid = crate::binlog::gtid::gtid_text(g);
     ctx.asm.boundary(Boundary::Begin { gtid, standalone: true });
+    // MySQL 8.0.1+: when the transaction committed on the original primary, then on this
+    // server, Unix µs (0 when the writer did not record it).
+    let us = if g.original_commit_timestamp() > 0 { g.original_commit_timestamp() } else { g.immediate_commit_timestamp() };
+    if us > 0 {
+        ctx.asm.commit_timestamp(us);
+    }
     None
 }
 

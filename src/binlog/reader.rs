@@ -244,6 +244,7 @@ async fn read_once(
             }
         }
         let Some(mut txn) = handled else { continue };
+        txn.read_live(crate::now_ms());
         if std::mem::take(&mut json_changed) {
             txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
         }

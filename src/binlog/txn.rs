@@ -23,8 +23,13 @@ use crate::binlog::row_events::{RowEvents, RowEventsError, SpillSettings};
 pub struct Transaction {
     /// Position just after the commit event: where a restart resumes.
     pub position: SourcePosition,
-    /// Commit time from the commit event header, Unix ms (whole seconds).
+    /// Commit time, Unix ms (see [`Transaction::read_live`]): MySQL 8's
+    /// `original_commit_timestamp` (µs, in its GTID event) when the source writes one; else the
+    /// commit event header's, whole seconds, which the live reader sharpens to the millisecond
+    /// it read the commit at.
     pub commit_time_ms: u64,
+    /// `commit_time_ms` came from the source's own commit timestamp (MySQL 8), not the header.
+    pub commit_time_exact: bool,
     /// Row events of mapped tables, in binlog order, not decoded yet. Empty for transactions
     /// that touched no mapped table; they still move the checkpoint.
     pub rows: RowEvents,
@@ -56,6 +61,38 @@ pub struct Transaction {
 }
 
 impl Transaction {
+    /// The live reader read this transaction's commit at `read_ms` (Unix ms): give the commit
+    /// time the millisecond, which invalidation events carry so that app instances can count
+    /// how many invalidations they applied within 50/200/1000 ms of the commit.
+    ///
+    /// Binlog event headers carry whole seconds (MariaDB, MySQL before 8.0.1). The primary
+    /// sends a replica each event as soon as it is in the binlog (before the engine commit
+    /// returns to the client), so when binval keeps up it reads the commit within a millisecond
+    /// or so of it, and the read time is the estimate, capped at the end of the header's
+    /// second. When binval reads behind (the read is over a second past the header's second:
+    /// a catch-up, a restart), the read time says nothing of the commit and the header's second
+    /// stays. MySQL 8's own timestamp (`commit_time_exact`) is kept as it is.
+    ///
+    /// ```
+    /// use binval::binlog::txn::Transaction;
+    /// let mut t = Transaction { commit_time_ms: 1_764_000_000_000, ..Transaction::default() };
+    /// t.read_live(1_764_000_000_412);
+    /// assert_eq!(t.commit_time_ms, 1_764_000_000_412);
+    /// let mut late = Transaction { commit_time_ms: 1_764_000_000_000, ..Transaction::default() };
+    /// late.read_live(1_764_000_000_950 + 1_000);
+    /// assert_eq!(late.commit_time_ms, 1_764_000_000_999, "read in the next second: the end of the header's");
+    /// let mut behind = Transaction { commit_time_ms: 1_764_000_000_000, ..Transaction::default() };
+    /// behind.read_live(1_764_000_005_000);
+    /// assert_eq!(behind.commit_time_ms, 1_764_000_000_000, "read behind: the header's second");
+    /// ```
+    pub fn read_live(&mut self, read_ms: u64) {
+        let header_ms = self.commit_time_ms;
+        if self.commit_time_exact || header_ms == 0 || read_ms < header_ms || read_ms >= header_ms + 2_000 {
+            return;
+        }
+        self.commit_time_ms = read_ms.min(header_ms + 999);
+    }
+
     /// The invalidation event of one key change of this transaction (its position and commit
     /// time; published now).
     pub fn event(&self, key: &str, version: u64, op: binval_protocol::Op, table: &str) -> binval_protocol::InvalidationEvent {
@@ -96,6 +133,7 @@ pub struct Assembler {
     rows: RowEvents,
     spill: SpillSettings,
     heartbeat_us: Option<u64>,
+    commit_us: Option<u64>,
 }
 
 impl Assembler {
@@ -111,6 +149,11 @@ impl Assembler {
     /// only). Errors when the spill file fails.
     pub fn push_rows(&mut self, schema: &Arc<TableSchema>, file: &str, end_pos: u32, event: Event) -> Result<(), RowEventsError> {
         self.rows.push(schema, file, end_pos, event, &self.spill)
+    }
+
+    /// The open transaction's source commit timestamp, Unix µs (MySQL 8's GTID event).
+    pub fn commit_timestamp(&mut self, us: u64) {
+        self.commit_us = Some(us);
     }
 
     /// The open transaction is binval's heartbeat row written at `now_us` (Unix µs).
@@ -150,6 +193,7 @@ impl Assembler {
                     // (an XA PREPARE, a cut stream) may leak into it.
                     self.rows = RowEvents::new();
                     self.heartbeat_us = None;
+                    self.commit_us = None;
                 }
                 if gtid.is_some() {
                     self.gtid = gtid;
@@ -182,6 +226,7 @@ impl Assembler {
         self.gtid = None;
         self.rows = RowEvents::new();
         self.heartbeat_us = None;
+        self.commit_us = None;
     }
 
     fn finish(&mut self, mut end: SourcePosition, timestamp_s: u32) -> Transaction {
@@ -189,9 +234,11 @@ impl Assembler {
         let rows = std::mem::take(&mut self.rows);
         self.open = false;
         self.standalone = false;
+        let commit_us = self.commit_us.take();
         Transaction {
             position: end,
-            commit_time_ms: timestamp_s as u64 * 1000,
+            commit_time_ms: commit_us.map_or(timestamp_s as u64 * 1000, |us| us / 1000),
+            commit_time_exact: commit_us.is_some(),
             rows,
             heartbeat_us: self.heartbeat_us.take(),
             ..Transaction::default()

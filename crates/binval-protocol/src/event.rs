@@ -94,8 +94,11 @@ pub struct InvalidationEvent {
     pub table: String,
     /// Source position of the transaction that made the change.
     pub position: SourcePosition,
-    /// Commit time from the binlog event header, Unix epoch milliseconds. The binlog header
-    /// has whole-second resolution, so this is a multiple of 1000.
+    /// Commit time, Unix epoch milliseconds: MySQL 8's `original_commit_timestamp` when the
+    /// source writes one; else the binlog event header's (whole seconds), sharpened to the
+    /// millisecond binval read the commit at when it read it within that second or the next
+    /// (while binval keeps up, within about a millisecond of the commit). binval-consumer
+    /// counts the invalidations applied within 50/200/1000 ms of it (`Stats::nines`).
     pub commit_time_ms: u64,
     /// When binval handed the event to the producer, Unix epoch milliseconds.
     pub publish_time_ms: u64,
