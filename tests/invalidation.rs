@@ -66,6 +66,16 @@ async fn two_instances_evict(kind: RedisKind) {
         .expect("eviction observed");
         assert!(notice.evicted, "instance {i} held the key and evicted it");
         assert_eq!(notice.version, v2);
+        // The commit time is the millisecond binval read the commit at (not the header's
+        // second), and the app counts the invalidation among its timed ones.
+        let lag = notice.received_at_ms.saturating_sub(notice.commit_time_ms);
+        assert!(lag < 5_000, "instance {i}: applied {lag} ms after the commit time {}", notice.commit_time_ms);
+        let s = apps[i].stats();
+        assert!(s.timed_invalidations >= 1 && s.nines(1000).is_some(), "{s:?}");
+        println!(
+            "app-{i}: applied {lag} ms after binval's commit time; {} of {} timed within 50 ms",
+            s.applied_within_50ms, s.timed_invalidations
+        );
         println!("{kind:?}: app-{i} evicted {key} {:.1} ms after the commit returned", (t0.elapsed() - committed).as_secs_f64() * 1000.0);
     }
     for a in &apps {

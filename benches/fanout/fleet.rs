@@ -28,9 +28,30 @@ pub struct Received {
     pub bytes: u64,
     pub events: u64,
     pub evictions: u64,
+    /// Invalidations with a commit time, and of those applied within 50/200/1000 ms of it
+    /// (`Stats::timed_invalidations`, `Stats::applied_within_*`), summed over the instances.
+    pub timed: u64,
+    pub within: [u64; 3],
 }
 
 impl Received {
+    /// The consistency as nines over these counts ([`binval_consumer::Stats::nines`]), for
+    /// 50, 200 and 1000 ms, as `"n.n / n.n / n.n"`.
+    pub fn nines(&self) -> String {
+        let s = binval_consumer::Stats {
+            timed_invalidations: self.timed,
+            applied_within_50ms: self.within[0],
+            applied_within_200ms: self.within[1],
+            applied_within_1000ms: self.within[2],
+            ..Default::default()
+        };
+        binval_consumer::CONSISTENCY_THRESHOLDS_MS
+            .iter()
+            .map(|t| s.nines(*t).map_or("-".to_string(), |n| format!("{n:.1}")))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+
     /// `self - before`, field by field.
     pub fn since(&self, before: &Received) -> Received {
         Received {
@@ -38,6 +59,8 @@ impl Received {
             bytes: self.bytes - before.bytes,
             events: self.events - before.events,
             evictions: self.evictions - before.evictions,
+            timed: self.timed - before.timed,
+            within: [0, 1, 2].map(|i| self.within[i] - before.within[i]),
         }
     }
 }
@@ -87,6 +110,10 @@ impl Fleet {
             r.bytes += s.message_bytes;
             r.events += s.events;
             r.evictions += s.evictions;
+            r.timed += s.timed_invalidations;
+            r.within[0] += s.applied_within_50ms;
+            r.within[1] += s.applied_within_200ms;
+            r.within[2] += s.applied_within_1000ms;
         }
         r
     }

@@ -219,26 +219,27 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     s[((s.len() - 1) as f64 * q).round() as usize]
 }
 
-const HEADER: &str = "| target changes/s | rows/commit | format | instances | changes/s reached | Kafka messages | changes per message | per instance: messages fetched | per instance: KiB fetched | per instance: events applied (% of changes) | per instance: evictions (held before) | consumer CPU per change per instance, µs | commit -> eviction p50 / p99, ms (samples, instances probed) | broker CPU, cores (per instance, % of a core) | binval CPU per change, µs | binval ack / instances drained after the writer, s |";
+const HEADER: &str = "| target changes/s | rows/commit | format | instances | changes/s reached | Kafka messages | changes per message | per instance: messages fetched | per instance: KiB fetched | per instance: events applied (% of changes) | per instance: evictions (held before) | consumer CPU per change per instance, µs | commit -> eviction p50 / p99, ms (samples, instances probed) | nines applied within 50 / 200 / 1000 ms (all instances) | broker CPU, cores (per instance, % of a core) | binval CPU per change, µs | binval ack / instances drained after the writer, s |";
 
 fn row(c: &Cell, writer_per_change: f64) -> String {
     let changes = c.changes.max(1) as f64;
     let n = c.instances.max(1) as f64;
     let per = |v: u64| v as f64 / n;
     let (consumer, evict) = if c.instances == 0 {
-        ("(baseline: writer alone)".to_string(), "-".to_string())
+        ("(baseline: writer alone)".to_string(), "- | -".to_string())
     } else {
         let cpu = (c.process_cpu - writer_per_change * changes).max(0.0) / n / changes * 1e6;
         let e = &c.evictions;
         (
             format!("{cpu:.2}"),
             format!(
-                "{:.1} / {:.1} ({}, {}{})",
+                "{:.1} / {:.1} ({}, {}{}) | {}",
                 quantile(&e.ms, 0.5),
                 quantile(&e.ms, 0.99),
                 e.ms.len(),
                 e.instances,
-                if e.missing > 0 { format!(", {} missing", e.missing) } else { String::new() }
+                if e.missing > 0 { format!(", {} missing", e.missing) } else { String::new() },
+                c.received.nines()
             ),
         )
     };

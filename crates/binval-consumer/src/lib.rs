@@ -694,7 +694,9 @@
 //! | `binval_consumer_capacity_evictions_total` | counter | entries removed by the entry/byte bound |
 //! | `binval_consumer_expirations_total` | counter | entries removed by their TTL |
 //! | `binval_consumer_bad_messages_total` | counter | topic messages skipped: no payload, longer than `max_message_bytes`, not an event, a `binval.kind: progress` message that is not a valid progress message, an unknown `binval.kind` |
-//! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`, binlog time, 1 s resolution) or publish (`from="publish"`) to its eviction here |
+//! | `binval_consumer_invalidation_lag_ms{from}` | histogram | ms from the event's commit (`from="commit"`: binval's commit time, to the ms when it keeps up, see [`Stats::nines`]) or publish (`from="publish"`) to its eviction here |
+//! | `binval_consumer_timed_invalidations_total` | counter | invalidations applied whose event carried a commit time ([`Stats::timed_invalidations`]) |
+//! | `binval_consumer_applied_within_total{within_ms}` | counter | of those, applied within 50, 200 or 1000 ms of the commit; the consistency as nines is `-log10(1 - rate(within) / rate(timed))` ([`Stats::nines`]) |
 //! | `binval_consumer_fail_safe_engaged_total` | counter | times the fail safe stopped local serving (stream lost or lagging, or the source lag past the bound) |
 //! | `binval_consumer_listener_rebuilds_total` | counter | librdkafka consumers replaced (connections presumed wedged) |
 //! | `binval_consumer_stream_gaps_total` | counter | jumps in a partition's offsets (each cleared the local cache) |
@@ -770,4 +772,4 @@ pub use listener::{decode_batch, decode_message, decode_topic_message, BadMessag
 pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
-pub use stats::{Stats, HISTOGRAM_BUCKETS};
+pub use stats::{Stats, CONSISTENCY_THRESHOLDS_MS, HISTOGRAM_BUCKETS};

@@ -21,6 +21,8 @@ pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(
     &[1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0],
 )];
 
+const WITHIN_LABELS: [&str; 3] = ["50", "200", "1000"];
+
 /// A snapshot of the consumer's counters, all counted since `build()`. Serializes (serde) as
 /// a flat object of these field names.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -127,6 +129,53 @@ pub struct Stats {
     pub heat_reports_failed: u64,
     /// Loads of the hot set (`HGETALL binval:hot`, at start and at each refresh) that failed.
     pub hot_set_load_failures: u64,
+    /// Invalidations applied whose event carried a commit time (every one binval writes): the
+    /// denominator of the consistency shares below and of [`Stats::nines`].
+    pub timed_invalidations: u64,
+    /// Of those, applied within 50 ms of the commit (applied at − the event's `commit_time_ms`).
+    pub applied_within_50ms: u64,
+    /// Of those, applied within 200 ms of the commit.
+    pub applied_within_200ms: u64,
+    /// Of those, applied within 1,000 ms of the commit.
+    pub applied_within_1000ms: u64,
+}
+
+/// The thresholds of the consistency shares, ms: [`Stats::applied_within_50ms`] and its two
+/// siblings, exported as `binval_consumer_applied_within_total{within_ms="50"|"200"|"1000"}`.
+pub const CONSISTENCY_THRESHOLDS_MS: [u64; 3] = [50, 200, 1000];
+
+impl Stats {
+    /// The share of timed invalidations this instance applied within `within_ms` of their
+    /// commit (one of [`CONSISTENCY_THRESHOLDS_MS`]) as nines: `-log10(1 - share)`, so 0.99 is
+    /// 2.0 and 0.999 is 3.0. `None` before the first timed invalidation or for another
+    /// threshold. When every one was within, the nines are capped at `log10(count)` (more
+    /// cannot be told from that many).
+    ///
+    /// The commit time is binval's (`commit_time_ms` of the event): MySQL 8's own commit
+    /// timestamp, else the millisecond binval read the commit at when it keeps up (within a
+    /// millisecond or so of the commit), else the binlog header's second.
+    ///
+    /// ```
+    /// let s = binval_consumer::Stats { timed_invalidations: 1000, applied_within_200ms: 999, ..Default::default() };
+    /// assert!((s.nines(200).unwrap() - 3.0).abs() < 1e-9);
+    /// assert_eq!(s.nines(50), Some(0.0));
+    /// assert_eq!(s.nines(7), None);
+    /// ```
+    pub fn nines(&self, within_ms: u64) -> Option<f64> {
+        let within = match within_ms {
+            50 => self.applied_within_50ms,
+            200 => self.applied_within_200ms,
+            1000 => self.applied_within_1000ms,
+            _ => return None,
+        };
+        if self.timed_invalidations == 0 {
+            return None;
+        }
+        let n = self.timed_invalidations as f64;
+        let cap = n.log10();
+        let missed = (self.timed_invalidations - within.min(self.timed_invalidations)) as f64;
+        Some(if missed == 0.0 { cap } else { (-(missed / n).log10()).min(cap) })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -166,6 +215,11 @@ pub(crate) struct Counters {
     pub heat_reports_sent: AtomicU64,
     pub heat_reports_failed: AtomicU64,
     pub hot_set_load_failures: AtomicU64,
+    pub timed_invalidations: AtomicU64,
+    /// Applied within each of [`CONSISTENCY_THRESHOLDS_MS`].
+    pub applied_within: [AtomicU64; 3],
+    /// The consistency counters' handles, registered once like `hit_metric`.
+    consistency_metrics: ConsistencyMetrics,
     /// The hit counter's handle, registered once: a local hit must not pay for the recorder's
     /// key lookup that `metrics::counter!` does on every call.
     hit_metric: HitMetric,
@@ -184,6 +238,29 @@ impl Default for HitMetric {
 impl std::fmt::Debug for HitMetric {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("HitMetric")
+    }
+}
+
+/// `binval_consumer_timed_invalidations_total` and `binval_consumer_applied_within_total`
+/// per threshold, registered at 0 with the recorder installed when the consumer is built.
+struct ConsistencyMetrics {
+    timed: metrics::Counter,
+    within: [metrics::Counter; 3],
+}
+
+impl Default for ConsistencyMetrics {
+    fn default() -> Self {
+        let timed = metrics::counter!("binval_consumer_timed_invalidations_total");
+        timed.increment(0);
+        let within = WITHIN_LABELS.map(|w| metrics::counter!("binval_consumer_applied_within_total", "within_ms" => w));
+        within.iter().for_each(|c| c.increment(0));
+        ConsistencyMetrics { timed, within }
+    }
+}
+
+impl std::fmt::Debug for ConsistencyMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConsistencyMetrics")
     }
 }
 
@@ -323,17 +400,28 @@ impl Counters {
 
     /// Lag of one applied event, from its commit and from its publish (Unix ms).
     pub(crate) fn lag(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record(applied_ms.saturating_sub(commit_ms) as f64);
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
-            .record(applied_ms.saturating_sub(publish_ms) as f64);
+        self.lag_many(applied_ms, commit_ms, publish_ms, 1);
     }
 
-    /// [`Counters::lag`] for `count` changes with the same commit and publish times.
+    /// [`Counters::lag`] for `count` changes with the same commit and publish times. A commit
+    /// time of 0 (unknown) counts in neither the commit lag nor the consistency shares.
     pub(crate) fn lag_many(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64, count: usize) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit")
-            .record_many(applied_ms.saturating_sub(commit_ms) as f64, count);
         metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
             .record_many(applied_ms.saturating_sub(publish_ms) as f64, count);
+        if commit_ms == 0 {
+            return;
+        }
+        let lag = applied_ms.saturating_sub(commit_ms);
+        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record_many(lag as f64, count);
+        let n = count as u64;
+        self.timed_invalidations.fetch_add(n, Relaxed);
+        self.consistency_metrics.timed.increment(n);
+        for (i, t) in CONSISTENCY_THRESHOLDS_MS.iter().enumerate() {
+            if lag <= *t {
+                self.applied_within[i].fetch_add(n, Relaxed);
+                self.consistency_metrics.within[i].increment(n);
+            }
+        }
     }
 
     /// The fail safe's lag: time since the newest watermark observation the listener reached.
@@ -388,6 +476,30 @@ impl Counters {
             heat_reports_sent: self.heat_reports_sent.load(Relaxed),
             heat_reports_failed: self.heat_reports_failed.load(Relaxed),
             hot_set_load_failures: self.hot_set_load_failures.load(Relaxed),
+            timed_invalidations: self.timed_invalidations.load(Relaxed),
+            applied_within_50ms: self.applied_within[0].load(Relaxed),
+            applied_within_200ms: self.applied_within[1].load(Relaxed),
+            applied_within_1000ms: self.applied_within[2].load(Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consistency_shares_count_by_threshold() {
+        let c = Counters::default();
+        c.lag(10_040, 10_000, 10_010); // 40 ms
+        c.lag_many(10_300, 10_000, 10_010, 3); // 300 ms
+        c.lag(12_000, 10_000, 10_010); // 2 s
+        c.lag(12_000, 0, 10_010); // no commit time: not timed
+        let s = c.snapshot();
+        assert_eq!(s.timed_invalidations, 5);
+        assert_eq!((s.applied_within_50ms, s.applied_within_200ms, s.applied_within_1000ms), (1, 1, 4));
+        assert!((s.nines(1000).unwrap() - (-(0.2f64).log10())).abs() < 1e-9);
+        let all = Stats { timed_invalidations: 100, applied_within_50ms: 100, ..Stats::default() };
+        assert_eq!(all.nines(50), Some(2.0), "capped at log10(count)");
     }
 }
