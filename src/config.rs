@@ -488,6 +488,13 @@ pub struct MappingConfig {
     /// template must contain the columns of a unique key (`binlog::server::judge_key_templates`).
     #[serde(default)]
     pub allow_non_unique_keys: bool,
+    /// The table may not exist yet when binval starts (a migration creates it later): its
+    /// absence is then a note, and its rows are streamed from its `CREATE TABLE` on. Without
+    /// it, `binval run` refuses to start on a mapped table the source does not have, as
+    /// `binval check` does (a typo would otherwise stream nothing without a word). Default
+    /// false.
+    #[serde(default)]
+    pub created_later: bool,
 }
 
 /// `[log]`.

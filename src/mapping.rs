@@ -84,6 +84,22 @@ impl TableNames {
         }
     }
 
+    /// The live name of the table configured as `configured`: the table a RENAME moved its
+    /// rule to, else `configured` itself unless it was renamed away (`None`).
+    ///
+    /// ```
+    /// use binval::mapping::TableNames;
+    /// let mut n = TableNames::default();
+    /// n.0.insert("shop.goods".into(), Some("shop.items".into()));
+    /// n.0.insert("shop.items".into(), None);
+    /// assert_eq!(n.live_name("shop.items").as_deref(), Some("shop.goods"));
+    /// assert_eq!(n.live_name("shop.tags").as_deref(), Some("shop.tags"));
+    /// ```
+    pub fn live_name(&self, configured: &str) -> Option<String> {
+        let moved = self.0.iter().find(|(_, v)| v.as_deref() == Some(configured)).map(|(k, _)| k.clone());
+        moved.or_else(|| (!self.0.contains_key(configured)).then(|| configured.to_string()))
+    }
+
     /// Where each mapping's rule applies now: configured name -> live name (`None`: no table
     /// is mapped by it, e.g. after an older version left it so).
     fn locations(&self, mapper: &Mapper) -> HashMap<String, Option<String>> {

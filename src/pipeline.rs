@@ -178,6 +178,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
         .build();
     let progress = tokio::spawn(progress_log(stats.clone(), shutdown.clone()));
     let holder = crate::ha::lease::holder_id();
+    refuse_mapping_problems(&cfg, &shutdown).await?;
     let result = loop {
         let started = Instant::now();
         match run_once(&cfg, mapper.clone(), shutdown.clone(), stats.clone(), &holder).await {
@@ -241,6 +242,51 @@ async fn run_once(
     result
 }
 
+/// `binval run` refuses at start what `binval check` refuses of the mappings: a table or column
+/// the source does not have (a typo would otherwise stream nothing without a word; the error
+/// names the mapping field and similar tables), a key template that does not identify a row.
+/// A table with `created_later = true` may be missing; a mapped table a RENAME moved (the
+/// checkpoint follows it) is checked under its new name. When the source or Redis cannot be
+/// reached now, this is left to the first tenure, which connects with retries (and warns of schema
+/// problems instead of refusing: by then the source may have changed under a running binval).
+async fn refuse_mapping_problems(cfg: &Config, shutdown: &watch::Receiver<bool>) -> Result<(), Error> {
+    let check = async {
+        // The checkpoint's renames: a mapped table a RENAME moved is checked under its new name.
+        let redis = RedisConn::connect(&cfg.redis).await?;
+        let saved = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis).load().await?;
+        let mut conn = server::connect(&cfg.source).await?;
+        server::check_mappings(&mut conn, &cfg.mappings, saved.as_ref().map(|c| &c.renamed)).await
+    };
+    let mut sd = shutdown.clone();
+    let problems = tokio::select! {
+        p = check => p,
+        _ = sd.wait_for(|v| *v) => return Ok(()),
+    };
+    let problems = match problems {
+        Ok(p) => p,
+        Err(Error::Transient(e)) => {
+            tracing::warn!(error = %e, "could not check the mappings against the source at start; the pipeline checks them when it connects");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    for w in &problems.waiting {
+        tracing::info!(note = %w, "mapped table not created yet");
+    }
+    problems.refuse_keys()?;
+    if problems.schema.is_empty() {
+        return Ok(());
+    }
+    Err(Error::config(
+        "mappings",
+        format!(
+            "{} problem(s) against the source schema (`binval check` lists the same): {}",
+            problems.schema.len(),
+            problems.schema.join("; ")
+        ),
+    ))
+}
+
 /// What a tenure starts from, prepared before any task runs.
 struct Prepared {
     store: CheckpointStoreImpl,
@@ -299,10 +345,12 @@ async fn prepare(
     let mut conn = server::connect(&cfg.source).await?;
     let info = server::preflight(&mut conn).await?;
     let logs = server::binary_logs(&mut conn).await?;
-    let problems = server::check_mappings(&mut conn, &cfg.mappings).await?;
+    let problems = server::check_mappings(&mut conn, &cfg.mappings, saved.as_ref().map(|c| &c.renamed)).await?;
     // A key that does not identify a row is fatal (deletes would tombstone keys other rows
-    // still render); the rest is not: the table may be created later (judged again then, after
-    // its DDL), and `binval check` fails on it.
+    // still render). A missing table or column was refused when the process started
+    // (`refuse_mapping_problems`); here, later, the source changed under a running binval (a
+    // DROP TABLE): it warns, and the key templates are judged again after the DDL that brings
+    // the table back.
     problems.refuse_keys()?;
     for p in &problems.schema {
         tracing::warn!(problem = %p, "mapping does not match the source schema");

@@ -199,16 +199,21 @@ pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<
     Ok(out)
 }
 
-/// What [`check_mappings`] found. `binval check` fails on any of it; `binval run` refuses to
-/// start on a key problem and only warns about the rest (a table or column may be created
-/// later: the key judgment runs again after a DDL naming the table).
+/// What [`check_mappings`] found. `binval check` fails on any problem; `binval run` refuses to
+/// start on any of them when its process starts, and after that (a restart of the pipeline
+/// within the process, the source having changed meanwhile) on a key problem only, warning
+/// about the rest (the key judgment runs again after a DDL naming the table).
 #[derive(Debug, Default)]
 pub struct MappingProblems {
     /// A table or column the mapping names that the source does not have, one line each,
-    /// naming the mapping field (`mappings[0].keys[1]`).
+    /// naming the mapping field (`mappings[0].keys[1]`) and, for a table, the source tables
+    /// with a similar name.
     pub schema: Vec<String>,
     /// Key templates that do not identify a row ([`judge_key_templates`]), one line each.
     pub keys: Vec<String>,
+    /// Mapped tables that do not exist yet and are allowed not to (`created_later = true`):
+    /// notes, not problems.
+    pub waiting: Vec<String>,
 }
 
 impl MappingProblems {
@@ -229,15 +234,41 @@ impl MappingProblems {
 
 /// Check each mapping against the source's schema: the table exists, every column a key
 /// template or the payload names is a column of it, and every key template identifies a row
-/// ([`judge_key_templates`]).
-pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingConfig]) -> Result<MappingProblems, Error> {
+/// ([`judge_key_templates`]). `renamed` (the checkpoint's, when there is one) gives the live
+/// name of a mapped table a RENAME moved: that table is checked.
+pub async fn check_mappings(
+    conn: &mut Conn,
+    mappings: &[crate::config::MappingConfig],
+    renamed: Option<&crate::mapping::TableNames>,
+) -> Result<MappingProblems, Error> {
     let mut problems = MappingProblems::default();
     for (i, m) in mappings.iter().enumerate() {
-        let cols = table_columns(conn, &m.table).await?;
+        let live = match renamed.map(|r| r.live_name(&m.table)) {
+            None => m.table.clone(),
+            Some(Some(live)) => live,
+            Some(None) => {
+                problems.waiting.push(format!(
+                    "mappings[{i}].table: `{}` was renamed away (the checkpoint follows the RENAME) and no table is mapped by it now",
+                    m.table
+                ));
+                continue;
+            }
+        };
+        let cols = table_columns(conn, &live).await?;
         if cols.is_empty() {
-            problems
-                .schema
-                .push(format!("mappings[{i}].table: table `{}` does not exist on the source (or the binval user cannot see it)", m.table));
+            if m.created_later {
+                problems.waiting.push(format!(
+                    "mappings[{i}].table: table `{}` does not exist yet (created_later = true): its rows are streamed from its CREATE TABLE on",
+                    m.table
+                ));
+                continue;
+            }
+            let like = similar_tables(conn, &m.table).await?;
+            let hint = if like.is_empty() { String::new() } else { format!("; similar tables on the source: {}", like.join(", ")) };
+            problems.schema.push(format!(
+                "mappings[{i}].table: table `{}` does not exist on the source (or the binval user cannot see it){hint}; if a migration creates it after binval starts, set created_later = true on the mapping",
+                m.table
+            ));
             continue;
         }
         let mut templates = Vec::with_capacity(m.keys.len());
@@ -255,7 +286,7 @@ pub async fn check_mappings(conn: &mut Conn, mappings: &[crate::config::MappingC
                 templates.push((k, t));
             }
         }
-        let unique = unique_keys(conn, &m.table).await?;
+        let unique = unique_keys(conn, &live).await?;
         problems.keys.extend(judge_key_templates(i, &m.table, &templates, m.allow_non_unique_keys, &unique));
         if let crate::config::Payload::Columns(pc) = &m.payload {
             for c in pc {
@@ -275,6 +306,44 @@ pub async fn table_columns(conn: &mut Conn, table: &str) -> Result<Vec<String>, 
     conn.exec("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", (schema, name))
         .await
         .map_err(|e| classify_mysql(e, "information_schema.COLUMNS"))
+}
+
+/// Up to five tables the source has whose `schema.table` name is within an edit distance of 2
+/// of `table` (a typo), or that have its name in another schema, closest first.
+async fn similar_tables(conn: &mut Conn, table: &str) -> Result<Vec<String>, Error> {
+    let (_, name) = table.split_once('.').unwrap_or(("", table));
+    let all: Vec<(String, String)> = conn
+        .query("SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')")
+        .await
+        .map_err(|e| classify_mysql(e, "information_schema.TABLES"))?;
+    let want = table.to_ascii_lowercase();
+    let mut near: Vec<(usize, String)> = all
+        .into_iter()
+        .map(|(s, t)| {
+            let full = format!("{s}.{t}");
+            let d = if t.eq_ignore_ascii_case(name) { 1 } else { edit_distance(&want, &full.to_ascii_lowercase()) };
+            (d, full)
+        })
+        .filter(|(d, _)| *d <= 2)
+        .collect();
+    near.sort();
+    Ok(near.into_iter().take(5).map(|(_, t)| format!("`{t}`")).collect())
+}
+
+/// Levenshtein distance of two strings, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(cur).min(row[j]) };
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 /// A PRIMARY KEY or UNIQUE key of a table, as `information_schema.STATISTICS` lists it.
@@ -447,6 +516,15 @@ pub fn require_binlog_file(logs: &[String], position: &BinlogPosition, origin: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn edit_distance_counts_typos() {
+        assert_eq!(edit_distance("shop.itemz", "shop.items"), 1);
+        assert_eq!(edit_distance("shop.item", "shop.items"), 1);
+        assert_eq!(edit_distance("shop.tiems", "shop.items"), 2);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
     use binval_protocol::KeyTemplate;
 
     fn stat(idx: &str, non_unique: u64, col: &str, seq: u64, nullable: &str, sub: Option<u64>) -> IndexPart {
