@@ -315,7 +315,7 @@ async fn from_checkpoint(
             "and this server has gtid_mode OFF, so nothing names the checkpoint's transaction here"
         };
         return Err(refuse(format!(
-            "{why}, {missing}: set source.start to the position on this server that follows the checkpoint's last transaction, delete the checkpoint and its copies (keys listed by `binval check`) and start again (README \"Failover\")"
+            "{why}, {missing}: set source.start to the position on this server that follows the checkpoint's last transaction, delete the checkpoint and its copies (keys listed by `binval check`) and start again (docs/faults.md, \"Primary failover\")"
         )));
     };
     gtids_still_there(conn, &resume, logs, &checkpoint_text).await?;
