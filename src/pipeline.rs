@@ -202,6 +202,7 @@ pub async fn run(cfg: Config, shutdown: watch::Receiver<bool>, stats: Arc<Stats>
                 stats.restarts.fetch_add(1, Relaxed);
                 metrics::counter!(names::RESTARTS).increment(1);
                 tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "pipeline stalled; restarting from the checkpoint");
+                crate::telemetry::health().restarting(e.to_string());
                 let mut sd = shutdown.clone();
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -255,6 +256,9 @@ async fn refuse_mapping_problems(cfg: &Config, shutdown: &watch::Receiver<bool>)
         let redis = RedisConn::connect(&cfg.redis).await?;
         let saved = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis).load().await?;
         let mut conn = server::connect(&cfg.source).await?;
+        // The binlog settings first, as `binval check` does: a wrong one is named before any
+        // mapping problem it would cause.
+        server::preflight(&mut conn).await?;
         server::check_mappings(&mut conn, &cfg.mappings, saved.as_ref().map(|c| &c.renamed)).await
     };
     let mut sd = shutdown.clone();

@@ -355,6 +355,10 @@ pub struct Health {
     max_lag_ms: AtomicU64,
     fencing_token: AtomicU64,
     checkpoint: Mutex<Option<SavedCheckpoint>>,
+    /// Why the pipeline last stopped and is restarting (a transient error), until the replica
+    /// connection opens again: readiness names it, so a wrong `kafka.brokers` is not reported
+    /// as a source problem.
+    restart_reason: Mutex<Option<String>>,
 }
 
 /// The last checkpoint this instance saved or loaded.
@@ -377,6 +381,7 @@ static HEALTH: Health = Health {
     max_lag_ms: AtomicU64::new(30_000),
     fencing_token: AtomicU64::new(0),
     checkpoint: Mutex::new(None),
+    restart_reason: Mutex::new(None),
 };
 
 /// The process-wide [`Health`].
@@ -435,6 +440,12 @@ impl Health {
         metrics::gauge!(names::FENCING_TOKEN).set(0.0);
     }
 
+    /// The pipeline stopped on transient error `reason` and restarts (cleared when the replica
+    /// connection opens).
+    pub fn restarting(&self, reason: String) {
+        *self.restart_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+    }
+
     /// A shutdown was requested: not ready from now on.
     pub fn stopping(&self) {
         self.role.store(Role::Stopping as u8, Relaxed);
@@ -474,7 +485,10 @@ impl Health {
             Role::Leader => {
                 let (lag, max) = (self.lag_ms.load(Relaxed), self.max_lag_ms.load(Relaxed));
                 if !self.connected() {
-                    (false, "leader, but the replica connection to the source is not open".to_string())
+                    match self.restart_reason.lock().unwrap_or_else(|e| e.into_inner()).as_deref() {
+                        Some(why) => (false, format!("leader, but the pipeline is restarting after: {why}")),
+                        None => (false, "leader, but the replica connection to the source is not open".to_string()),
+                    }
                 } else if lag > max {
                     (false, format!("leader, {lag} ms behind the source (metrics.ready_max_lag_ms = {max})"))
                 } else {
@@ -500,6 +514,7 @@ impl Health {
 #[must_use = "the connection counts as open only while the guard lives"]
 pub fn source_connected() -> ConnectedGuard {
     HEALTH.connected.store(true, Relaxed);
+    *HEALTH.restart_reason.lock().unwrap_or_else(|e| e.into_inner()) = None;
     metrics::gauge!(names::SOURCE_CONNECTED).set(1.0);
     ConnectedGuard(())
 }

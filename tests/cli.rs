@@ -216,3 +216,42 @@ fn an_unusable_checkpoint_path_is_a_config_error_not_a_retry_loop() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("checkpoint.path") && out.contains("/etc/hostname/cp.json"), "{out}");
 }
+
+/// A Kafka address nobody answers at: `check` fails naming `kafka.brokers` with librdkafka's
+/// repeated connection errors logged once, and `run`'s `/readyz` says why it is not ready
+/// (it used to blame the source connection).
+#[test]
+fn an_unreachable_kafka_is_named_by_check_and_by_readiness() {
+    let env = Env::new("nokafka", RedisKind::Standalone);
+    tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let good = env.config_toml("current", MAPPING);
+    let text = good.replace(&tk::broker().bootstrap(), &format!("127.0.0.1:{closed}"));
+    assert_ne!(text, good, "the broker address is in the config");
+    let p = write_config("nokafka", &text);
+    let (code, out) = run_to_end(&["check"], &p);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("kafka.brokers") && out.contains(&format!("127.0.0.1:{closed}")), "{out}");
+    let librdkafka_lines = out.lines().filter(|l| l.contains("librdkafka")).count();
+    assert!(librdkafka_lines <= 6, "{librdkafka_lines} librdkafka lines:\n{out}");
+
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = write_config(
+        "nokafka",
+        &text.replace("[checkpoint]\n", &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\n")),
+    );
+    let mut child = binval().arg("run").arg("--config").arg(&p).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let _reap = KillOnPanic(child.id());
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let body = http_get(metrics_port, "/readyz");
+        if body.contains("kafka.brokers") {
+            assert!(body.starts_with("HTTP/1.0 503") || body.starts_with("HTTP/1.1 503"), "{body}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "/readyz never named kafka.brokers: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+}

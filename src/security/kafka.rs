@@ -43,12 +43,37 @@ pub fn typed_properties(cfg: &KafkaConfig) -> Result<Vec<binval_security::kafka:
 /// A reported error: its code (`None` for a log line) and text.
 type BrokerError = (Option<RDKafkaErrorCode>, String);
 
-/// A librdkafka client context that logs each global error (as librdkafka's default does) and
-/// keeps the last one (but "all brokers down", which only follows another) for
+/// A librdkafka client context that logs each global error (as librdkafka's default does, but a
+/// line repeated within a minute at debug level) and keeps the last one (but "all brokers down", which only follows another) for
 /// [`SecurityContext::explain`]. Clones share what they keep.
 #[derive(Clone, Default)]
 pub struct SecurityContext {
     last: Arc<Mutex<Option<BrokerError>>>,
+    /// When each kind of log line (its text without digits) was last logged at its level: a
+    /// broker that cannot be reached makes librdkafka repeat the same line every second per
+    /// broker thread; it is logged once a minute, the repeats at debug.
+    logged: Arc<Mutex<std::collections::HashMap<String, std::time::Instant>>>,
+}
+
+/// How long a repeated librdkafka log line stays at debug level.
+const LOG_REPEAT_QUIET: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl SecurityContext {
+    /// `true` when a line like this one (same facility, same text but for its digits) was
+    /// logged at its own level less than [`LOG_REPEAT_QUIET`] ago.
+    fn repeated(&self, fac: &str, message: &str) -> bool {
+        let kind: String = fac.chars().chain(message.chars()).filter(|c| !c.is_ascii_digit()).collect();
+        let mut logged = self.logged.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if logged.get(&kind).is_some_and(|t| now.duration_since(*t) < LOG_REPEAT_QUIET) {
+            return true;
+        }
+        if logged.len() >= 1024 {
+            logged.clear();
+        }
+        logged.insert(kind, now);
+        false
+    }
 }
 
 impl ClientContext for SecurityContext {
@@ -56,6 +81,7 @@ impl ClientContext for SecurityContext {
     /// is also kept: some (a plaintext client at a TLS listener) reach no error callback.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         use RDKafkaLogLevel::*;
+        let level = if !matches!(level, Debug) && self.repeated(fac, log_message) { Debug } else { level };
         match level {
             Emerg | Alert | Critical | Error => tracing::error!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
             Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
@@ -68,7 +94,11 @@ impl ClientContext for SecurityContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(target: "librdkafka", error = %error, "librdkafka: {reason}");
+        if self.repeated("error", reason) {
+            tracing::debug!(target: "librdkafka", error = %error, "librdkafka: {reason}");
+        } else {
+            tracing::warn!(target: "librdkafka", error = %error, "librdkafka: {reason}");
+        }
         // Counted: a broker that stops answering shows in `binval_errors_total` too, not
         // only in the logs.
         crate::telemetry::error_classified("kafka", false);

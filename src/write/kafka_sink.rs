@@ -450,9 +450,14 @@ fn connect_error(e: &KafkaError, cfg: &KafkaConfig, what: &str, context: &Securi
     }
     match classify_kafka(e, "", &cfg.topic, cfg.create_topic, what) {
         Error::Definite(_) => Error::config("kafka", format!("{what}: {e}")),
-        Error::Transient(t) => match context.last_error() {
-            Some(last) => TransientError::Kafka(format!("{t} (last broker error: {last})")).into(),
-            None => Error::Transient(t),
-        },
+        // Name the setting: a wrong address otherwise reads as a broker outage.
+        Error::Transient(t) => {
+            let last = context.last_error().map(|l| format!(" (last broker error: {l})")).unwrap_or_default();
+            let t = match t {
+                TransientError::Kafka(m) => m,
+                other => other.to_string(),
+            };
+            TransientError::Kafka(format!("kafka.brokers = {:?}: no broker answered: {t}{last}", cfg.brokers)).into()
+        }
     }
 }
