@@ -767,6 +767,7 @@ mod tests {
             max_lag_ms: AtomicU64::new(30_000),
             fencing_token: AtomicU64::new(0),
             checkpoint: Mutex::new(None),
+            restart_reason: Mutex::new(None),
         };
         let now = crate::now_ms();
         assert!(!h.readiness(now).ready, "starting");
@@ -779,6 +780,9 @@ mod tests {
         h.became_leader(7);
         assert_eq!(h.fencing_token(), 7);
         assert!(!h.readiness(now).ready, "leader without a source connection");
+        h.restarting("kafka: kafka.brokers = \"x:1\": no broker answered".into());
+        let r = h.readiness(now);
+        assert!(!r.ready && r.reason.contains("kafka.brokers"), "the restart's cause is the reason: {r:?}");
         h.connected.store(true, Relaxed);
         assert!(h.readiness(now).ready);
         h.set_lag_ms(30_001);
