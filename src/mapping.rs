@@ -105,9 +105,7 @@ impl TableNames {
     fn locations(&self, mapper: &Mapper) -> HashMap<String, Option<String>> {
         let mut at: HashMap<String, Option<String>> = HashMap::new();
         for cfg in mapper.rules.keys() {
-            let live = self.0.iter().find(|(_, v)| v.as_deref() == Some(cfg.as_str())).map(|(k, _)| k.clone());
-            let live = live.or_else(|| (!self.0.contains_key(cfg)).then(|| cfg.clone()));
-            at.insert(cfg.clone(), live);
+            at.insert(cfg.clone(), self.live_name(cfg));
         }
         at
     }

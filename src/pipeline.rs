@@ -243,9 +243,11 @@ async fn run_once(
     result
 }
 
-/// `binval run` refuses at start what `binval check` refuses of the mappings: a table or column
-/// the source does not have (a typo would otherwise stream nothing without a word; the error
-/// names the mapping field and similar tables), a key template that does not identify a row.
+/// `binval run` refuses at its first start (no checkpoint yet) what `binval check` refuses of the
+/// mappings: a table or column the source does not have (a typo would otherwise stream nothing
+/// without a word; the error names the mapping field and similar tables), a key template that
+/// does not identify a row (refused on every start). Resuming a checkpoint, a missing table or
+/// column is only warned about: the binlog still to read may hold the DDL that explains it.
 /// A table with `created_later = true` may be missing; a mapped table a RENAME moved (the
 /// checkpoint follows it) is checked under its new name. When the source or Redis cannot be
 /// reached now, this is left to the first tenure, which connects with retries (and warns of schema
@@ -259,14 +261,15 @@ async fn refuse_mapping_problems(cfg: &Config, shutdown: &watch::Receiver<bool>)
         // The binlog settings first, as `binval check` does: a wrong one is named before any
         // mapping problem it would cause.
         server::preflight(&mut conn).await?;
-        server::check_mappings(&mut conn, &cfg.mappings, saved.as_ref().map(|c| &c.renamed)).await
+        let problems = server::check_mappings(&mut conn, &cfg.mappings, saved.as_ref().map(|c| &c.renamed)).await?;
+        Ok::<_, Error>((problems, saved.is_some()))
     };
     let mut sd = shutdown.clone();
     let problems = tokio::select! {
         p = check => p,
         _ = sd.wait_for(|v| *v) => return Ok(()),
     };
-    let problems = match problems {
+    let (problems, resuming) = match problems {
         Ok(p) => p,
         Err(Error::Transient(e)) => {
             tracing::warn!(error = %e, "could not check the mappings against the source at start; the pipeline checks them when it connects");
@@ -279,6 +282,12 @@ async fn refuse_mapping_problems(cfg: &Config, shutdown: &watch::Receiver<bool>)
     }
     problems.refuse_keys()?;
     if problems.schema.is_empty() {
+        return Ok(());
+    }
+    if resuming {
+        // Resuming a checkpoint: the binlog between it and now may hold the DDL that explains
+        // the difference (a RENAME binval follows, a DROP), done while binval was down; the
+        // first tenure warns and the reader judges the tables again at each DDL.
         return Ok(());
     }
     Err(Error::config(

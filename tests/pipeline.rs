@@ -310,7 +310,9 @@ async fn rename_of_a_mapped_table_is_followed_across_restarts() {
     let k = |id: u32| format!("{}:item:{id}", env.prefix);
     let mut r = env.redis_client();
     let run = start_pipeline(&env, &start, &mapping);
-    env.exec("INSERT INTO items (id, title) VALUES (1, 'one')").await;
+    // Streaming (its start check of the mappings done) before the RENAME.
+    let v1 = env.exec_v("INSERT INTO items (id, title) VALUES (1, 'one')").await;
+    assert_eq!(block(|| r.wait_version(&k(1), v1)), v1);
     env.exec("RENAME TABLE items TO goods").await;
     let v = env.exec_v("INSERT INTO goods (id, title) VALUES (2, 'two')").await;
     assert_eq!(block(|| r.wait_version(&k(2), v)), v, "rows of the renamed table still map to the items keys");
@@ -723,6 +725,7 @@ async fn a_start_position_inside_a_transaction_starts_at_the_transaction() {
 
     // Inside an event: refused, naming the position.
     let env = Env::new("midevent", RedisKind::Standalone);
+    env.exec(ITEMS).await; // the mapping must match (run refuses a missing table at start)
     let (file, pos) = at_rows.rsplit_once(':').unwrap();
     let inside = format!("{file}:{}", pos.parse::<u64>().unwrap() + 3);
     let e = start_pipeline(&env, &inside, &items_mapping(1)).expect_error(20).await;

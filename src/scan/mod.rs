@@ -68,7 +68,7 @@ impl Scanner {
         let fence = FenceRule::resolve(&cfg.source, info.mariadb);
         let mut tables = Vec::with_capacity(mappings.len());
         for m in mappings {
-            let live = live_name(renamed, &m.table).ok_or_else(|| DefiniteError::Scan {
+            let live = renamed.live_name(&m.table).ok_or_else(|| DefiniteError::Scan {
                 table: m.table.clone(),
                 message: "was renamed away (the checkpoint's followed RENAMEs say no table is under this mapping now)".into(),
             })?;
@@ -154,15 +154,6 @@ pub fn snapshot_group(changes: Vec<KeyChange>, at: &SnapshotPosition) -> Group {
     group
 }
 
-/// The live name of the table of the mapping configured as `configured`, after the RENAMEs
-/// `binval run` followed (`None`: renamed away, no table under the mapping).
-pub fn live_name(renamed: &TableNames, configured: &str) -> Option<String> {
-    if let Some((live, _)) = renamed.0.iter().find(|(_, v)| v.as_deref() == Some(configured)) {
-        return Some(live.clone());
-    }
-    (!renamed.0.contains_key(configured)).then(|| configured.to_string())
-}
-
 /// The mappings of the `--table`s given (all when none); an unknown table is an error naming
 /// `--table` and listing the mapped ones (exit code 2).
 pub fn selected_mappings(cfg: &Config, tables: &[String]) -> Result<Vec<MappingConfig>, Error> {
@@ -185,11 +176,11 @@ mod tests {
     #[test]
     fn live_names_follow_the_checkpoints_renames() {
         let mut n = TableNames::default();
-        assert_eq!(live_name(&n, "s.items").as_deref(), Some("s.items"));
+        assert_eq!(n.live_name("s.items").as_deref(), Some("s.items"));
         n.0.insert("s.goods".into(), Some("s.items".into()));
         n.0.insert("s.items".into(), None);
-        assert_eq!(live_name(&n, "s.items").as_deref(), Some("s.goods"));
+        assert_eq!(n.live_name("s.items").as_deref(), Some("s.goods"));
         n.0.remove("s.goods");
-        assert_eq!(live_name(&n, "s.items"), None);
+        assert_eq!(n.live_name("s.items"), None);
     }
 }
