@@ -522,47 +522,14 @@ fn render(t: &KeyTemplate, row: &Row) -> Option<String> {
     })
 }
 
+/// The payload of `row` (`binval_protocol::payload::render`, the one implementation shared with
+/// bootstrap and app loaders); a JSON column whose text is not JSON is kept as text, logged.
 fn payload_of(row: &Row, columns: Option<&[String]>, json_columns: &[String], table: &str) -> String {
-    let picked;
-    let m: &Row = match columns {
-        None => row,
-        Some(cols) => {
-            let mut m = serde_json::Map::new();
-            for c in cols {
-                if let Some(v) = row.get(c) {
-                    m.insert(c.clone(), v.clone());
-                }
-            }
-            picked = m;
-            &picked
-        }
-    };
-    if json_columns.is_empty() {
-        return serde_json::to_string(m).expect("row serializes");
+    let r = binval_protocol::payload::render(row, columns, json_columns);
+    for column in &r.not_json {
+        tracing::warn!(table, column = %column, "value of a JSON column is not JSON; kept as text");
     }
-    // JSON stored as text (MariaDB): the document itself, like MySQL's binary JSON, embedded
-    // exactly as stored (numbers keep every digit and their scale; nothing is re-encoded).
-    let mut out = String::with_capacity(256);
-    out.push('{');
-    for (i, (k, v)) in m.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&serde_json::to_string(k).expect("key serializes"));
-        out.push(':');
-        match v {
-            Json::String(text) if json_columns.iter().any(|c| c == k) => match serde_json::from_str::<&serde_json::value::RawValue>(text) {
-                Ok(raw) => out.push_str(raw.get()),
-                Err(e) => {
-                    tracing::warn!(table, column = %k, error = %e, "value of a JSON column is not JSON; kept as text");
-                    out.push_str(&serde_json::to_string(v).expect("value serializes"));
-                }
-            },
-            _ => out.push_str(&serde_json::to_string(v).expect("value serializes")),
-        }
-    }
-    out.push('}');
-    out
+    r.text
 }
 
 #[cfg(test)]

@@ -520,6 +520,16 @@ async fn column_types_arrive_as_canonical_json() {
         "tx": "multi\nline", "n": null
     });
     assert_eq!(v, want);
+    // A loader using binval_protocol's payload helper on a SELECT of the same row gives the very
+    // bytes binval wrote (the consumer's `payload::result_set::row_payload`, feature `mysql`).
+    let written = block(|| r.replica(&key, 0)).unwrap();
+    let mut c = env.conn().await;
+    use mysql_async::prelude::Queryable;
+    c.query_drop("SET NAMES utf8mb4, time_zone = '+00:00'").await.unwrap();
+    let row: mysql_async::Row = c.exec_first(format!("SELECT * FROM `{}`.t WHERE id = ?", env.db), (1,)).await.unwrap().unwrap();
+    let columns = row.columns();
+    let loaded = binval_protocol::payload::result_set::row_payload(&format!("{}.t", env.db), &columns, row.unwrap(), None, &[]).unwrap();
+    assert_eq!(loaded, written, "the loader's payload is binval's, byte for byte");
     run.stop().await;
 }
 

@@ -303,6 +303,15 @@
 //! missing key, for [`ConsumerBuilder::missing_ttl`]. A loader reading a lagging database
 //! replica should not be cached: [`ConsumerBuilder::cache_loaded`]`(false)`.
 //!
+//! **The loader's payload must be the one binval writes**, byte for byte, or a DB-loaded entry
+//! and a binval-written one of the same row differ. Don't re-implement the format: with this
+//! crate's feature `mysql`, `payload::result_set::row_payload` turns a row read with a
+//! prepared SELECT (mysql_async / mysql_common values) into exactly that payload, with the same
+//! per-type rules (dates, DECIMAL scale, TIMESTAMP in UTC, BIT, SET, binary as base64, JSON
+//! documents); its docs say what the query must do (`SET NAMES utf8mb4`, `time_zone =
+//! '+00:00'`, MariaDB UUID/INET columns cast to their bytes). [`payload::render`] does the rest
+//! for rows you already hold as JSON values.
+//!
 //! # Invalidation and the fail safe
 //!
 //! Nothing to call: `build()` starts the listener, and it evicts as events arrive.
@@ -773,3 +782,7 @@ pub use loader::LoaderFuture;
 pub use redis_conn::RedisTarget;
 pub use state::{EvictionNotice, ENTRY_OVERHEAD_BYTES};
 pub use stats::{Stats, CONSISTENCY_THRESHOLDS_MS, HISTOGRAM_BUCKETS};
+
+/// The payload format binval writes, for loaders (`binval_protocol::payload`): see "The
+/// app-supplied loader" above. `payload::result_set` needs this crate's feature `mysql`.
+pub use binval_protocol::payload;

@@ -17,6 +17,9 @@
 //! * [`fence`]: version-fenced writes — the replica record (a hash with payload, fence
 //!   position, tombstone flag, fencing token), the version token's value (the fence position of
 //!   the newest change), and the Lua scripts that only ever move a key forward.
+//! * [`payload`]: the payload a replica holds — a row as canonical JSON, one implementation for
+//!   the binlog decoder, bootstrap and app loaders (`payload::result_set::row_payload` with
+//!   feature `mysql`), so a loaded value and a written one are byte-identical.
 //! * [`placement`]: which master holds each of a key's replicas, and the master-balanced
 //!   order in which a read tries them (used by the consumer and by `binval check`).
 //! * [`position`]: binlog coordinates as types (`FILE:POS`, MariaDB GTIDs), one parser and one
@@ -33,6 +36,7 @@ pub mod batch;
 pub mod event;
 pub mod fence;
 pub mod keys;
+pub mod payload;
 pub mod placement;
 pub mod position;
 pub mod progress;
