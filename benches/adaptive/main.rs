@@ -256,7 +256,7 @@ async fn main() -> anyhow::Result<()> {
     println!("- the smaller count (n = 1) in the record: {} after the load dropped", secs(announced));
     println!("- the extra replicas removed: {} after the load dropped", secs(removed));
     println!(
-        "- configured: cool_down_secs = {}, shrink_grace_ms = {}; the cool-down clock runs from the instances' recent rates (a stop shows within ~0.3 s, plus a 1 s report and a 0.5 s poll interval); the records are removed after the grace",
+        "- configured: cool_down_secs = {}, shrink_grace_ms = {}; the cool-down clock runs from the instances' recent rates, back-dated by the reports' age (the announce lands within a 0.5 s poll of the cool-down); the records are removed after the grace",
         s.cool_down, s.grace_ms
     );
     println!("- reads while hot: {before_cool}; over the whole run, shrink included: {}", ht.line());

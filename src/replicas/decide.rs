@@ -25,8 +25,12 @@
 //! one, the instances' last fraction of a second. Growing follows the steady rate. The
 //! cool-down clock starts when the recent rate fits the smaller count and restarts whenever
 //! it does not; the shrink happens once the clock has run `cool_down_secs` and the steady rate
-//! agrees. So a key whose reads fell is back at the smaller count a cool-down (plus one report
-//! and one poll interval) after the fall, not a cool-down after the steady rate caught up.
+//! agrees. A clock starts at the time of the last report that still showed the key hot (its
+//! reads fell after that), but no further back than the round's reports may lag the reads (the
+//! oldest report's age, at most [`MAX_REPORT_LAG`], plus the instances' recent window,
+//! [`KeyRate::behind`]). So a key whose reads fell is back at the smaller count about a
+//! cool-down after the fall (within a report interval and a poll), not a cool-down after the
+//! steady rate caught up (about 4 s more) nor after the reports and the leader's poll saw it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -67,12 +71,28 @@ pub struct KeyRate {
     pub steady: f64,
     /// The recent rate: the cool-down clock runs from it.
     pub recent: f64,
+    /// How long before the round the recent rate may describe the reads: the age of the
+    /// oldest report counted plus the instances' recent window ([`RECENT_WINDOW`]): the
+    /// furthest back a clock started by this round may start.
+    pub behind: Duration,
+    /// The age of the newest report counted: a round that finds the key still hot saw it hot
+    /// as of that long ago.
+    pub seen_ago: Duration,
 }
 
+/// The longest span an instance's recent rate covers (two of binval-consumer's 150 ms short
+/// windows, `HeatReport::now`).
+pub const RECENT_WINDOW: Duration = Duration::from_millis(300);
+
+/// The most a report's age back-dates a cool-down clock: two of binval-consumer's 1 s report
+/// intervals. An instance that reports more slowly (or a report near `report_max_age_ms`)
+/// must not make the cool-down shorter than that.
+pub const MAX_REPORT_LAG: Duration = Duration::from_secs(2);
+
 impl KeyRate {
-    /// Both rates the same (a key read at a constant `rate`).
+    /// Both rates the same (a key read at a constant `rate`), nothing behind.
     pub fn flat(rate: f64) -> Self {
-        KeyRate { steady: rate, recent: rate }
+        KeyRate { steady: rate, recent: rate, behind: Duration::ZERO, seen_ago: Duration::ZERO }
     }
 }
 
@@ -90,6 +110,8 @@ pub struct Decision {
 pub struct Decider {
     /// Since when each key has needed fewer copies than it has.
     low_since: HashMap<String, Instant>,
+    /// When a report last showed each key above its smaller count (keys above `min` only).
+    hot_seen: HashMap<String, Instant>,
 }
 
 impl Decider {
@@ -109,6 +131,7 @@ impl Decider {
     ) -> Option<Decision> {
         if let Some(pin) = cfg.pin_of(key) {
             self.low_since.remove(key);
+            self.hot_seen.remove(key);
             return (pin != current).then(|| Decision { to: pin, why: format!("pinned to {pin} by [[adaptive.pin]]") });
         }
         let budget = cfg.read_budget_per_master;
@@ -119,14 +142,22 @@ impl Decider {
         }
         if needed(rate.recent * cfg.shrink_headroom, budget, r, masters, covered) >= current {
             self.low_since.remove(key);
+            if current > r.min {
+                self.hot_seen.insert(key.to_string(), now.checked_sub(rate.seen_ago).unwrap_or(now));
+            }
             return None;
         }
-        let since = *self.low_since.entry(key.to_string()).or_insert(now);
+        // The clock starts when the key was last seen hot (the reads fell after that), but no
+        // further back than this round's reports may lag.
+        let earliest = now.checked_sub(rate.behind).unwrap_or(now);
+        let start = self.hot_seen.get(key).map_or(earliest, |seen| (*seen).max(earliest));
+        let since = *self.low_since.entry(key.to_string()).or_insert(start);
         let down = needed(rate.steady * cfg.shrink_headroom, budget, r, masters, covered);
         if now.duration_since(since) < Duration::from_secs(cfg.cool_down_secs) || down >= current {
             return None;
         }
         self.low_since.remove(key);
+        self.hot_seen.remove(key);
         Some(Decision {
             to: down,
             why: format!(
@@ -139,6 +170,7 @@ impl Decider {
     /// Forget the hysteresis state of keys not in `keep`.
     pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.low_since.retain(|k, _| keep(k));
+        self.hot_seen.retain(|k, _| keep(k));
     }
 }
 
@@ -192,20 +224,59 @@ mod tests {
     fn the_cool_down_runs_from_the_recent_rate() {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now());
         let s = |secs: u64| t0 + Duration::from_secs(secs);
-        let lagging = KeyRate { steady: 120_000.0, recent: 0.0 };
+        let lagging = KeyRate { steady: 120_000.0, recent: 0.0, behind: Duration::ZERO, seen_ago: Duration::ZERO };
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(0)), None);
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(4)), None);
-        assert_eq!(d.step(&c, "k", R, 3, KeyRate { steady: 0.0, recent: 0.0 }, 3, cov, s(9)), None);
+        assert_eq!(
+            d.step(&c, "k", R, 3, KeyRate { steady: 0.0, recent: 0.0, behind: Duration::ZERO, seen_ago: Duration::ZERO }, 3, cov, s(9)),
+            None
+        );
         let shrink = d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(10)).unwrap();
         assert_eq!(shrink.to, 1);
         assert!(shrink.why.contains("cooled"), "{}", shrink.why);
         // A recent rise restarts the clock.
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(20)), None);
-        assert_eq!(d.step(&c, "k", R, 3, KeyRate { steady: 120_000.0, recent: 120_000.0 }, 3, cov, s(25)), None);
+        assert_eq!(
+            d.step(
+                &c,
+                "k",
+                R,
+                3,
+                KeyRate { steady: 120_000.0, recent: 120_000.0, behind: Duration::ZERO, seen_ago: Duration::ZERO },
+                3,
+                cov,
+                s(25)
+            ),
+            None
+        );
         assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(34)), None);
         // The clock has run but the steady rate still needs 3 copies: wait for it.
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(44)), None);
         assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(45)).unwrap().to, 1);
+    }
+
+    /// The clock starts at the last report that showed the key hot, within what the reports
+    /// may lag.
+    #[test]
+    fn the_clock_starts_at_the_last_hot_report() {
+        let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
+        let ms = Duration::from_millis;
+        let hot = KeyRate { steady: 120_000.0, recent: 120_000.0, behind: ms(600), seen_ago: ms(400) };
+        assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None); // seen hot at t0 - 0.4 s
+        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: ms(1_500), seen_ago: ms(100) };
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(1_000)), None);
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_500)), None);
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_600)).unwrap().to, 1, "10 s after t0 - 0.4 s");
+    }
+
+    /// A clock started by a round whose reports are 1.2 s old starts 1.5 s back.
+    #[test]
+    fn the_clock_starts_as_far_back_as_the_reports_lag() {
+        let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
+        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: Duration::from_millis(1_200) + RECENT_WINDOW, seen_ago: Duration::ZERO };
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0), None);
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + Duration::from_millis(8_400)), None);
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + Duration::from_millis(8_500)).unwrap().to, 1);
     }
 
     #[test]

@@ -20,6 +20,11 @@ pub struct FleetHeat {
     pub recent: HashMap<String, f64>,
     /// Reports counted (instances reporting).
     pub instances: usize,
+    /// Age of the oldest report counted, ms (0 without reports): how far behind the reads the
+    /// round's recent rates may be (module docs of `decide`, "Hysteresis").
+    pub oldest_report_age_ms: u64,
+    /// Age of the newest report counted, ms (0 without reports).
+    pub newest_report_age_ms: u64,
     /// Report fields that did not parse, as `(hash, field, reason)` (logged by the caller).
     pub bad: Vec<(String, String, String)>,
 }
@@ -51,6 +56,9 @@ pub async fn read(redis: &RedisConn, now_ms: u64, max_age_ms: u64) -> Result<Fle
                 continue;
             }
             heat.instances += 1;
+            let age = now_ms.saturating_sub(report.at_ms);
+            heat.newest_report_age_ms = if heat.instances == 1 { age } else { heat.newest_report_age_ms.min(age) };
+            heat.oldest_report_age_ms = heat.oldest_report_age_ms.max(age);
             for (k, steady, recent) in report.rates() {
                 *heat.rates.entry(k.to_string()).or_default() += steady;
                 *heat.recent.entry(k.to_string()).or_default() += recent;
