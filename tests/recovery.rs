@@ -731,6 +731,13 @@ async fn an_app_that_missed_events_converges_after_republish() {
     }
     block(|| restore(&mut r, &new));
     assert_eq!(app.get_json::<Value>(&k(1)).await.unwrap().unwrap()["v"], json!(1), "stale: the instance missed the events");
+    // A dry run first says what it would send, per partition, and sends nothing.
+    let (code, d, _, err) = cli("republish", &cfg, &["--from", &before, "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((d["dry_run"].as_bool(), d["republished"].as_u64()), (Some(true), Some(0)), "{d}");
+    assert!(d["would_republish"].as_u64().unwrap() >= 35 && d["would_republish"] == d["read"], "{d}");
+    let per_partition: u64 = d["partitions"].as_object().unwrap().values().map(|p| p["events"].as_u64().unwrap()).sum();
+    assert_eq!(Some(per_partition), d["read"].as_u64(), "{d}");
     // The runbook: republish from before the changes.
     let (code, s, _, err) = cli("republish", &cfg, &["--from", &before]);
     assert_eq!(code, 0, "{err}");

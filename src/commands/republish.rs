@@ -80,6 +80,25 @@ pub struct RepublishSummary {
     pub skipped: u64,
     /// Whether nothing was published.
     pub dry_run: bool,
+    /// Events (key changes) a run without `--dry-run` would publish again (= `read`); 0 when
+    /// not a dry run.
+    pub would_republish: u64,
+    /// Messages in the range (a batch is one message; progress messages not counted).
+    pub messages: u64,
+    /// Per partition, the range read: first and last offset of its messages in the range and
+    /// their events.
+    pub partitions: BTreeMap<i32, PartitionRange>,
+}
+
+/// What one partition contributed to a republish ([`RepublishSummary::partitions`]).
+#[derive(Debug, Default, Serialize, Clone, PartialEq, Eq)]
+pub struct PartitionRange {
+    /// Offset of the first message in the range.
+    pub first_offset: i64,
+    /// Offset of the last message in the range.
+    pub last_offset: i64,
+    /// Events (key changes) of its messages.
+    pub events: u64,
 }
 
 /// `binval republish` from the command line: validate `--from` / `--to` (errors name the flag,
@@ -115,6 +134,9 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
         let tpl = start_offsets(&consumer, &topic, from, &partitions, &ends)?;
         read_range(&consumer, &tpl, &ends, from, to_ms, dry_run)
     })?;
+    if dry_run {
+        summary.would_republish = summary.read;
+    }
     if let Some(sink) = sink {
         let mut futs = Vec::with_capacity(deliveries.len());
         for m in &deliveries {
@@ -318,6 +340,10 @@ fn read_range(
             (None, 1)
         };
         summary.read += events;
+        summary.messages += 1;
+        let range = summary.partitions.entry(p).or_insert(PartitionRange { first_offset: o, last_offset: o, events: 0 });
+        range.last_offset = o;
+        range.events += events;
         to_send.push(Resend { key: m.key().unwrap_or_default().to_vec(), payload: payload.to_vec(), batch_partition, events });
     }
     if !remaining.is_empty() {

@@ -233,6 +233,14 @@ pub enum CheckpointStoreImpl {
     File { path: PathBuf },
 }
 
+/// The RENAMEs of mapped tables `binval run` followed, from its checkpoint (none without one):
+/// what bootstrap, verify, inspect and replay read a mapped table's current name from
+/// ([`TableNames::live_name`]).
+pub async fn followed_renames(cfg: &crate::config::Config, redis: &RedisConn) -> Result<TableNames, Error> {
+    let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, redis);
+    Ok(store.load().await?.map(|c| c.renamed).unwrap_or_default())
+}
+
 impl CheckpointStoreImpl {
     /// Build the store for `source_name`.
     pub fn new(cfg: &CheckpointConfig, source_name: &str, redis: &RedisConn) -> Self {

@@ -38,8 +38,6 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::ha::checkpoint::CheckpointStoreImpl;
-use crate::mapping::TableNames;
 use crate::redis_conn::RedisConn;
 use crate::scan::Scanner;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
@@ -106,7 +104,7 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
     let started = Instant::now();
     let mappings = crate::scan::selected_mappings(cfg, &args.tables)?;
     let redis = RedisConn::connect(&cfg.redis).await?;
-    let renamed = checkpoint_renames(cfg, &redis).await?;
+    let renamed = crate::ha::checkpoint::followed_renames(cfg, &redis).await?;
     let mut scanner = Scanner::open(cfg, &mappings, &renamed).await?;
     crate::replicas::counts::load_for(&scanner.mapper, &redis, &cfg.source.name).await?;
     let kafka =
@@ -138,11 +136,4 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
     scanner.snap.close().await;
     summary.finish(started);
     Ok(summary)
-}
-
-/// The RENAMEs of mapped tables `binval run` followed (from its checkpoint): a scan reads the
-/// table under its current name.
-pub(crate) async fn checkpoint_renames(cfg: &Config, redis: &RedisConn) -> Result<TableNames, Error> {
-    let mut store = CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, redis);
-    Ok(store.load().await?.map(|c| c.renamed).unwrap_or_default())
 }

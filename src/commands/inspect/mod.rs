@@ -183,7 +183,7 @@ async fn read_row(
     key: Option<&KeyArg>,
     pk: &[String],
 ) -> Result<(Option<ScannedRow>, Vec<KeyChange>, String), Error> {
-    let renamed = super::bootstrap::checkpoint_renames(cfg, redis).await?;
+    let renamed = crate::ha::checkpoint::followed_renames(cfg, redis).await?;
     let mut scanner = match Scanner::open(cfg, std::slice::from_ref(mapping), &renamed).await {
         Ok(s) => s,
         Err(e) if key.is_some() => return Ok((None, Vec::new(), format!("not read: {e}"))),
@@ -236,6 +236,19 @@ async fn read_row(
     if row.is_none() {
         changes.clear();
     }
+    // Shown as the payload holds it: a MariaDB JSON column (text holding a document) as the
+    // document, not as an escaped string beside a replica that holds the document.
+    let json = scanner.mapper.json_columns(&mapping.table).to_vec();
+    let row = row.map(|mut r| {
+        for c in &json {
+            if let Some(v) = r.row.get_mut(c) {
+                if let Some(doc) = v.as_str().and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok()) {
+                    *v = doc;
+                }
+            }
+        }
+        r
+    });
     scanner.snap.close().await;
     Ok((row, changes, snap.position.to_string()))
 }

@@ -78,7 +78,7 @@ impl PresentGuard {
 
     async fn scanner(&mut self, redis: &RedisConn) -> Result<&mut Scanner, Error> {
         if self.scanner.is_none() {
-            let renamed = crate::commands::bootstrap::checkpoint_renames(&self.cfg, redis).await?;
+            let renamed = crate::ha::checkpoint::followed_renames(&self.cfg, redis).await?;
             self.scanner = Some(Scanner::open(&self.cfg, &self.mappings, &renamed).await?);
         }
         Ok(self.scanner.as_mut().expect("opened"))

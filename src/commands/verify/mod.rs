@@ -213,13 +213,16 @@ pub async fn run(cfg: &Config, args: &VerifyCli, sink: &mut LineSink, shutdown: 
     let resolver = KeyResolver::new(&cfg.mappings);
     let keys = resolve_keys(&resolver, &mappings, &args.keys)?;
     let redis = RedisConn::connect(&cfg.redis).await?;
-    let renamed = super::bootstrap::checkpoint_renames(cfg, &redis).await?;
+    // binval run's checkpoint: the renames it followed, and where it was when verify began.
+    let saved = crate::ha::checkpoint::CheckpointStoreImpl::new(&cfg.checkpoint, &cfg.source.name, &redis).load().await?;
+    let renamed = saved.as_ref().map(|c| c.renamed.clone()).unwrap_or_default();
     let scanner = Scanner::open(cfg, &mappings, &renamed).await?;
     crate::replicas::counts::load_for(&scanner.mapper, &redis, &cfg.source.name).await?;
     let summary = VerifySummary {
         tables: scanner.tables.iter().map(|t| TableCounts { table: t.table.to_string(), ..TableCounts::default() }).collect(),
         sample_pct: args.sample,
         recheck_ms: args.recheck_ms,
+        checkpoint: saved.as_ref().map(|c| format!("{}:{}", c.file, c.pos)),
         ..VerifySummary::default()
     };
     let reverse = !args.no_reverse && args.keys.is_empty();

@@ -38,7 +38,8 @@ pub struct TableCounts {
 pub struct VerifySummary {
     /// Per table.
     pub tables: Vec<TableCounts>,
-    /// Rows read (all tables).
+    /// Rows read by the scans of the tables (all tables); the reverse check's lookups are
+    /// counted in `reverse_keys_checked`, not here.
     pub rows_checked: u64,
     /// Keys checked: those of the rows, plus those of the reverse check and `--keys`.
     pub keys_checked: u64,
@@ -83,7 +84,8 @@ pub struct VerifySummary {
     pub repair_events: u64,
     /// The binlog position of the first snapshot read.
     pub snapshot: Option<String>,
-    /// `binval run`'s checkpoint when the recheck began (`file:pos`), if there is one.
+    /// `binval run`'s checkpoint (`file:pos`) when verify began, or when its recheck began if
+    /// there was one; `None` only when there is no checkpoint.
     pub checkpoint: Option<String>,
     /// A signal stopped the checks early: the counts cover what was checked.
     pub interrupted: bool,
