@@ -25,8 +25,9 @@
 //! one, the instances' last fraction of a second. Growing follows the steady rate. The
 //! cool-down clock starts when the recent rate fits the smaller count and restarts whenever
 //! it does not; the shrink happens once the clock has run `cool_down_secs` and the steady rate
-//! agrees. A clock starts at the time of the last report that still showed the key hot (its
-//! reads fell after that), but no further back than the round's reports may lag the reads (the
+//! agrees. A clock starts at the time of the last report that still saw the key at its steady
+//! rate ([`KeyRate::hot_ago`]: its reads fell after that), but no further back than the
+//! round's reports may lag the reads (the
 //! oldest report's age, at most [`MAX_REPORT_LAG`], plus the instances' recent window,
 //! [`KeyRate::behind`]). So a key whose reads fell is back at the smaller count about a
 //! cool-down after the fall (within a report interval and a poll), not a cool-down after the
@@ -75,9 +76,10 @@ pub struct KeyRate {
     /// oldest report counted plus the instances' recent window ([`RECENT_WINDOW`]): the
     /// furthest back a clock started by this round may start.
     pub behind: Duration,
-    /// The age of the newest report counted: a round that finds the key still hot saw it hot
+    /// The age of the newest report counted that still saw the key at its steady rate (its
+    /// recent rate at least half its steady one), if any: the key's reads had not fallen yet
     /// as of that long ago.
-    pub seen_ago: Duration,
+    pub hot_ago: Option<Duration>,
 }
 
 /// The longest span an instance's recent rate covers (two of binval-consumer's 150 ms short
@@ -92,7 +94,7 @@ pub const MAX_REPORT_LAG: Duration = Duration::from_secs(2);
 impl KeyRate {
     /// Both rates the same (a key read at a constant `rate`), nothing behind.
     pub fn flat(rate: f64) -> Self {
-        KeyRate { steady: rate, recent: rate, behind: Duration::ZERO, seen_ago: Duration::ZERO }
+        KeyRate { steady: rate, recent: rate, behind: Duration::ZERO, hot_ago: None }
     }
 }
 
@@ -140,11 +142,13 @@ impl Decider {
             self.low_since.remove(key);
             return Some(Decision { to: up, why: why(rate.steady, budget, up, masters, covered) });
         }
+        if let Some(ago) = rate.hot_ago.filter(|_| current > r.min) {
+            let at = now.checked_sub(ago).unwrap_or(now);
+            let seen = self.hot_seen.entry(key.to_string()).or_insert(at);
+            *seen = (*seen).max(at);
+        }
         if needed(rate.recent * cfg.shrink_headroom, budget, r, masters, covered) >= current {
             self.low_since.remove(key);
-            if current > r.min {
-                self.hot_seen.insert(key.to_string(), now.checked_sub(rate.seen_ago).unwrap_or(now));
-            }
             return None;
         }
         // The clock starts when the key was last seen hot (the reads fell after that), but no
@@ -224,29 +228,17 @@ mod tests {
     fn the_cool_down_runs_from_the_recent_rate() {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now());
         let s = |secs: u64| t0 + Duration::from_secs(secs);
-        let lagging = KeyRate { steady: 120_000.0, recent: 0.0, behind: Duration::ZERO, seen_ago: Duration::ZERO };
+        let lagging = KeyRate { steady: 120_000.0, recent: 0.0, behind: Duration::ZERO, hot_ago: None };
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(0)), None);
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(4)), None);
-        assert_eq!(
-            d.step(&c, "k", R, 3, KeyRate { steady: 0.0, recent: 0.0, behind: Duration::ZERO, seen_ago: Duration::ZERO }, 3, cov, s(9)),
-            None
-        );
+        assert_eq!(d.step(&c, "k", R, 3, KeyRate { steady: 0.0, recent: 0.0, behind: Duration::ZERO, hot_ago: None }, 3, cov, s(9)), None);
         let shrink = d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(10)).unwrap();
         assert_eq!(shrink.to, 1);
         assert!(shrink.why.contains("cooled"), "{}", shrink.why);
         // A recent rise restarts the clock.
         assert_eq!(d.step(&c, "k", R, 3, lagging, 3, cov, s(20)), None);
         assert_eq!(
-            d.step(
-                &c,
-                "k",
-                R,
-                3,
-                KeyRate { steady: 120_000.0, recent: 120_000.0, behind: Duration::ZERO, seen_ago: Duration::ZERO },
-                3,
-                cov,
-                s(25)
-            ),
+            d.step(&c, "k", R, 3, KeyRate { steady: 120_000.0, recent: 120_000.0, behind: Duration::ZERO, hot_ago: None }, 3, cov, s(25)),
             None
         );
         assert_eq!(d.step(&c, "k", R, 3, KeyRate::flat(0.0), 3, cov, s(34)), None);
@@ -261,9 +253,12 @@ mod tests {
     fn the_clock_starts_at_the_last_hot_report() {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
         let ms = Duration::from_millis;
-        let hot = KeyRate { steady: 120_000.0, recent: 120_000.0, behind: ms(600), seen_ago: ms(400) };
+        let hot = KeyRate { steady: 120_000.0, recent: 120_000.0, behind: ms(600), hot_ago: Some(ms(400)) };
         assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None); // seen hot at t0 - 0.4 s
-        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: ms(1_500), seen_ago: ms(100) };
+                                                                  // The next round: the newest report that saw it hot is the same one, 0.9 s old now.
+        let mixed = KeyRate { steady: 120_000.0, recent: 60_000.0, behind: ms(900), hot_ago: Some(ms(900)) };
+        assert_eq!(d.step(&c, "k", R, 3, mixed, 3, cov, t0 + ms(500)), None);
+        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: ms(1_500), hot_ago: None };
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(1_000)), None);
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_500)), None);
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_600)).unwrap().to, 1, "10 s after t0 - 0.4 s");
@@ -273,7 +268,7 @@ mod tests {
     #[test]
     fn the_clock_starts_as_far_back_as_the_reports_lag() {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
-        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: Duration::from_millis(1_200) + RECENT_WINDOW, seen_ago: Duration::ZERO };
+        let cool = KeyRate { steady: 0.0, recent: 0.0, behind: Duration::from_millis(1_200) + RECENT_WINDOW, hot_ago: None };
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0), None);
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + Duration::from_millis(8_400)), None);
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + Duration::from_millis(8_500)).unwrap().to, 1);

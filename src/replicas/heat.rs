@@ -23,8 +23,9 @@ pub struct FleetHeat {
     /// Age of the oldest report counted, ms (0 without reports): how far behind the reads the
     /// round's recent rates may be (module docs of `decide`, "Hysteresis").
     pub oldest_report_age_ms: u64,
-    /// Age of the newest report counted, ms (0 without reports).
-    pub newest_report_age_ms: u64,
+    /// Logical key -> when the newest report that still saw the key at its steady rate (its
+    /// recent rate at least half its steady one) was made, Unix ms (the instance's clock).
+    pub hot_at_ms: HashMap<String, u64>,
     /// Report fields that did not parse, as `(hash, field, reason)` (logged by the caller).
     pub bad: Vec<(String, String, String)>,
 }
@@ -56,12 +57,14 @@ pub async fn read(redis: &RedisConn, now_ms: u64, max_age_ms: u64) -> Result<Fle
                 continue;
             }
             heat.instances += 1;
-            let age = now_ms.saturating_sub(report.at_ms);
-            heat.newest_report_age_ms = if heat.instances == 1 { age } else { heat.newest_report_age_ms.min(age) };
-            heat.oldest_report_age_ms = heat.oldest_report_age_ms.max(age);
+            heat.oldest_report_age_ms = heat.oldest_report_age_ms.max(now_ms.saturating_sub(report.at_ms));
             for (k, steady, recent) in report.rates() {
                 *heat.rates.entry(k.to_string()).or_default() += steady;
                 *heat.recent.entry(k.to_string()).or_default() += recent;
+                if steady > 0.0 && recent * 2.0 >= steady {
+                    let at = heat.hot_at_ms.entry(k.to_string()).or_default();
+                    *at = (*at).max(report.at_ms);
+                }
             }
         }
         if !stale.is_empty() {

@@ -186,8 +186,9 @@ impl Leader {
             let Some(r) = self.mapper.adaptive_rule_of(key) else { continue };
             let steady = heat.rates.get(key).copied().unwrap_or(0.0);
             let behind = Duration::from_millis(heat.oldest_report_age_ms).min(super::decide::MAX_REPORT_LAG) + super::decide::RECENT_WINDOW;
-            let seen_ago = Duration::from_millis(heat.newest_report_age_ms).min(super::decide::MAX_REPORT_LAG);
-            let rate = KeyRate { steady, recent: heat.recent.get(key).copied().unwrap_or(steady), behind, seen_ago };
+            let hot_ago =
+                heat.hot_at_ms.get(key).map(|at| Duration::from_millis(now_ms.saturating_sub(*at)).min(super::decide::MAX_REPORT_LAG));
+            let rate = KeyRate { steady, recent: heat.recent.get(key).copied().unwrap_or(steady), behind, hot_ago };
             let cur = self.mapper.counts().get(key).unwrap_or(KeyCount { count: r.min, write: r.min });
             let covered = |n: u32| self.covered(key, n);
             if cur.count >= r.max && steady > self.cfg.read_budget_per_master * covered(cur.count) as f64 {
