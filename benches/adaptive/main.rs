@@ -209,6 +209,11 @@ async fn main() -> anyhow::Result<()> {
     // ---- 3. it cools, while it changes every 100 ms
     pace.store(readers::SLOW, Relaxed);
     let cooled = Instant::now();
+    let cooled_ms = ::binval::now_ms();
+    // The leader's stored decision (`binval:{<source>}:replicas`, field = the key): when it
+    // decided the smaller count, to tell the decision from the step's application.
+    let state_key = format!("binval:{{{}_live}}:replicas", adaptive.prefix);
+    let mut decided_ms: Option<u64> = None;
     let stop_writer = Arc::new(AtomicBool::new(false));
     let writer = {
         let (url, commits, stop) = (adaptive.app_url(), commits.clone(), stop_writer.clone());
@@ -229,6 +234,13 @@ async fn main() -> anyhow::Result<()> {
     let limit = Duration::from_secs(s.cool_down + s.grace_ms / 1000 + 60);
     while cooled.elapsed() < limit {
         let n = masters.owner(&format!("{key}:r0")).and_then(|i| masters.hget(i, &format!("{key}:r0"), "n"));
+        if decided_ms.is_none() {
+            let stored = masters.owner(&state_key).and_then(|i| masters.hget(i, &state_key, &key));
+            decided_ms = stored
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .filter(|v| v["n"] == 1)
+                .and_then(|v| v["at_ms"].as_u64());
+        }
         if announced.is_none() && n.as_deref().is_none_or(|n| n == "1") {
             announced = Some(cooled.elapsed());
         }
@@ -255,6 +267,10 @@ async fn main() -> anyhow::Result<()> {
     let secs = |d: Option<Duration>| d.map(|d| format!("{:.1} s", d.as_secs_f64())).unwrap_or_else(|| "not within the limit".into());
     println!("- the smaller count (n = 1) in the record: {} after the load dropped", secs(announced));
     println!("- the extra replicas removed: {} after the load dropped", secs(removed));
+    println!(
+        "- the leader decided n = 1 (its stored decision's at_ms) {} after the load dropped",
+        decided_ms.map(|t| format!("{:.1} s", t.saturating_sub(cooled_ms) as f64 / 1000.0)).unwrap_or_else(|| "(not seen)".into())
+    );
     println!(
         "- configured: cool_down_secs = {}, shrink_grace_ms = {}; the cool-down clock runs from the instances' recent rates, back-dated by the reports' age (the announce lands within a 0.5 s poll of the cool-down); the records are removed after the grace",
         s.cool_down, s.grace_ms

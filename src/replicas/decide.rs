@@ -26,8 +26,8 @@
 //! cool-down clock starts when the recent rate fits the smaller count and restarts whenever
 //! it does not; the shrink happens once the clock has run `cool_down_secs` and the steady rate
 //! agrees. A clock starts at the time of the last report that still saw the key at its steady
-//! rate ([`KeyRate::hot_ago`]: its reads fell after that), but no further back than the
-//! round's reports may lag the reads (the
+//! rate ([`KeyRate::hot_ago`]: its reads fell after that; at most [`MAX_REPORT_LAG`] before what
+//! the round's reports may lag), else as far back as the round's reports may lag the reads (the
 //! oldest report's age, at most [`MAX_REPORT_LAG`], plus the instances' recent window,
 //! [`KeyRate::behind`]). So a key whose reads fell is back at the smaller count about a
 //! cool-down after the fall (within a report interval and a poll), not a cool-down after the
@@ -143,7 +143,8 @@ impl Decider {
             return Some(Decision { to: up, why: why(rate.steady, budget, up, masters, covered) });
         }
         if let Some(ago) = rate.hot_ago.filter(|_| current > r.min) {
-            let at = now.checked_sub(ago).unwrap_or(now);
+            // That report's recent rate covers up to RECENT_WINDOW before it was made.
+            let at = now.checked_sub(ago + RECENT_WINDOW).unwrap_or(now);
             let seen = self.hot_seen.entry(key.to_string()).or_insert(at);
             *seen = (*seen).max(at);
         }
@@ -151,10 +152,12 @@ impl Decider {
             self.low_since.remove(key);
             return None;
         }
-        // The clock starts when the key was last seen hot (the reads fell after that), but no
-        // further back than this round's reports may lag.
+        // The clock starts when a report last saw the key hot (the reads fell after that; an
+        // earlier round's evidence, at most a report lag before this round's reports), else as
+        // far back as this round's reports may lag.
         let earliest = now.checked_sub(rate.behind).unwrap_or(now);
-        let start = self.hot_seen.get(key).map_or(earliest, |seen| (*seen).max(earliest));
+        let floor = now.checked_sub(rate.behind + MAX_REPORT_LAG).unwrap_or(now);
+        let start = self.hot_seen.get(key).map_or(earliest, |seen| (*seen).max(floor));
         let since = *self.low_since.entry(key.to_string()).or_insert(start);
         let down = needed(rate.steady * cfg.shrink_headroom, budget, r, masters, covered);
         if now.duration_since(since) < Duration::from_secs(cfg.cool_down_secs) || down >= current {
@@ -169,6 +172,13 @@ impl Decider {
                 rate.steady, cfg.shrink_headroom, cfg.cool_down_secs
             ),
         })
+    }
+
+    /// The earliest time a running cool-down clock reaches `cool_down`, if it is still ahead:
+    /// the leader runs a round then rather than at its next poll, so a shrink is decided when
+    /// the cool-down has run, not up to a poll interval later.
+    pub fn next_due(&self, cool_down: Duration, now: Instant) -> Option<Instant> {
+        self.low_since.values().map(|since| *since + cool_down).filter(|due| *due > now).min()
     }
 
     /// Forget the hysteresis state of keys not in `keep`.
@@ -254,14 +264,15 @@ mod tests {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
         let ms = Duration::from_millis;
         let hot = KeyRate { steady: 120_000.0, recent: 120_000.0, behind: ms(600), hot_ago: Some(ms(400)) };
-        assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None); // seen hot at t0 - 0.4 s
+        assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None); // a report 0.4 s old saw it hot
                                                                   // The next round: the newest report that saw it hot is the same one, 0.9 s old now.
         let mixed = KeyRate { steady: 120_000.0, recent: 60_000.0, behind: ms(900), hot_ago: Some(ms(900)) };
         assert_eq!(d.step(&c, "k", R, 3, mixed, 3, cov, t0 + ms(500)), None);
         let cool = KeyRate { steady: 0.0, recent: 0.0, behind: ms(1_500), hot_ago: None };
         assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(1_000)), None);
-        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_500)), None);
-        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_600)).unwrap().to, 1, "10 s after t0 - 0.4 s");
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_200)), None);
+        assert_eq!(d.next_due(Duration::from_secs(10), t0 + ms(9_200)), Some(t0 + ms(9_300)));
+        assert_eq!(d.step(&c, "k", R, 3, cool, 3, cov, t0 + ms(9_300)).unwrap().to, 1, "10 s after t0 - 0.4 s - the report's window");
     }
 
     /// A clock started by a round whose reports are 1.2 s old starts 1.5 s back.

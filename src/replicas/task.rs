@@ -132,9 +132,19 @@ impl Leader {
         let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.poll_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut warned = false;
+        let cool_down = Duration::from_secs(self.cfg.cool_down_secs);
         loop {
+            // A round at the next poll, or when a cool-down clock runs out before it.
+            let due = decider.next_due(cool_down, Instant::now());
+            let at_due = async move {
+                match due {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = at_due => {}
                 _ = stop.wait_for(|v| *v) => return Ok(()),
             }
             match self.round(&mut stored, &mut decider, &mut pending, &mut stop).await {
