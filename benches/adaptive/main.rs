@@ -272,7 +272,7 @@ async fn main() -> anyhow::Result<()> {
         decided_ms.map(|t| format!("{:.1} s", t.saturating_sub(cooled_ms) as f64 / 1000.0)).unwrap_or_else(|| "(not seen)".into())
     );
     println!(
-        "- configured: cool_down_secs = {}, shrink_grace_ms = {}; the cool-down clock runs from the instances' recent rates, back-dated by the reports' age (the announce lands within a 0.5 s poll of the cool-down); the records are removed after the grace",
+        "- configured: cool_down_secs = {}, shrink_grace_ms = {}; the cool-down clock runs from the instances' recent rates, from the start of the newest report that still saw the key hot; the records are removed after the grace",
         s.cool_down, s.grace_ms
     );
     println!("- reads while hot: {before_cool}; over the whole run, shrink included: {}", ht.line());
