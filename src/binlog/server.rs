@@ -199,10 +199,11 @@ pub async fn mariadb_json_columns(conn: &mut Conn, tables: &[String]) -> Result<
     Ok(out)
 }
 
-/// What [`check_mappings`] found. `binval check` fails on any problem; `binval run` refuses to
-/// start on any of them when its process starts, and after that (a restart of the pipeline
-/// within the process, the source having changed meanwhile) on a key problem only, warning
-/// about the rest (the key judgment runs again after a DDL naming the table).
+/// What [`check_mappings`] found. `binval check` fails on any problem. `binval run` refuses a
+/// key problem on every start, and the rest at its first start only (no checkpoint yet,
+/// `pipeline::refuse_mapping_problems`); resuming a checkpoint it warns about the rest (the
+/// binlog still to read may hold the DDL that explains it; the key judgment runs again after a
+/// DDL naming the table).
 #[derive(Debug, Default)]
 pub struct MappingProblems {
     /// A table or column the mapping names that the source does not have, one line each,
@@ -516,6 +517,7 @@ pub fn require_binlog_file(logs: &[String], position: &BinlogPosition, origin: &
 #[cfg(test)]
 mod tests {
     use super::*;
+    use binval_protocol::KeyTemplate;
 
     #[test]
     fn edit_distance_counts_typos() {
@@ -525,7 +527,6 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("same", "same"), 0);
     }
-    use binval_protocol::KeyTemplate;
 
     fn stat(idx: &str, non_unique: u64, col: &str, seq: u64, nullable: &str, sub: Option<u64>) -> IndexPart {
         (idx.into(), non_unique, col.into(), seq, nullable.into(), sub)

@@ -284,9 +284,9 @@ pub fn read(cfg: &Config) -> Result<TopicReport, Error> {
     let topic = cfg.kafka.topic.as_str();
     let ours = Ours::of(cfg);
     let consumer = consumer(cfg)?;
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).map_err(|e| {
-        TransientError::Kafka(format!("kafka.brokers = {:?}: no broker answered: metadata of topic {topic}: {e}", cfg.kafka.brokers))
-    })?;
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| crate::write::kafka_sink::no_broker_answered(&cfg.kafka, format!("metadata of topic {topic}: {e}")))?;
     let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
     let mut report = TopicReport { topic: topic.to_string(), partitions: partitions.len(), ..TopicReport::default() };
     let mut found = Vec::new();

@@ -112,7 +112,8 @@ pub struct Decision {
 pub struct Decider {
     /// Since when each key has needed fewer copies than it has.
     low_since: HashMap<String, Instant>,
-    /// When a report last showed each key above its smaller count (keys above `min` only).
+    /// When the newest report that still saw each key at its steady rate began its recent
+    /// window ([`KeyRate::hot_ago`] back-dated by [`RECENT_WINDOW`]; keys above `min` only).
     hot_seen: HashMap<String, Instant>,
 }
 
@@ -264,8 +265,9 @@ mod tests {
         let (c, mut d, t0) = (cfg(), Decider::default(), Instant::now() + Duration::from_secs(60));
         let ms = Duration::from_millis;
         let hot = KeyRate { steady: 120_000.0, recent: 120_000.0, behind: ms(600), hot_ago: Some(ms(400)) };
-        assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None); // a report 0.4 s old saw it hot
-                                                                  // The next round: the newest report that saw it hot is the same one, 0.9 s old now.
+        // A report 0.4 s old saw it hot.
+        assert_eq!(d.step(&c, "k", R, 3, hot, 3, cov, t0), None);
+        // The next round: the newest report that saw it hot is the same one, 0.9 s old now.
         let mixed = KeyRate { steady: 120_000.0, recent: 60_000.0, behind: ms(900), hot_ago: Some(ms(900)) };
         assert_eq!(d.step(&c, "k", R, 3, mixed, 3, cov, t0 + ms(500)), None);
         let cool = KeyRate { steady: 0.0, recent: 0.0, behind: ms(1_500), hot_ago: None };

@@ -191,11 +191,12 @@ impl Leader {
             .collect();
         let masters = self.redis.with_slot_map(|m| m.masters().len()).unwrap_or(1).max(1);
         let now = Instant::now();
+        // How far behind the reads this round's reports may be (the same for every key).
+        let behind = Duration::from_millis(heat.oldest_report_age_ms).min(super::decide::MAX_REPORT_LAG) + super::decide::RECENT_WINDOW;
         let mut at_max = 0usize;
         for key in &keys {
             let Some(r) = self.mapper.adaptive_rule_of(key) else { continue };
             let steady = heat.rates.get(key).copied().unwrap_or(0.0);
-            let behind = Duration::from_millis(heat.oldest_report_age_ms).min(super::decide::MAX_REPORT_LAG) + super::decide::RECENT_WINDOW;
             let hot_ago =
                 heat.hot_at_ms.get(key).map(|at| Duration::from_millis(now_ms.saturating_sub(*at)).min(super::decide::MAX_REPORT_LAG));
             let rate = KeyRate { steady, recent: heat.recent.get(key).copied().unwrap_or(steady), behind, hot_ago };

@@ -44,7 +44,8 @@ pub fn typed_properties(cfg: &KafkaConfig) -> Result<Vec<binval_security::kafka:
 type BrokerError = (Option<RDKafkaErrorCode>, String);
 
 /// A librdkafka client context that logs each global error (as librdkafka's default does, but a
-/// line repeated within a minute at debug level) and keeps the last one (but "all brokers down", which only follows another) for
+/// line repeated within a minute at debug level) and keeps the last one (but "all brokers
+/// down", which only follows another) for
 /// [`SecurityContext::explain`]. Clones share what they keep.
 #[derive(Clone, Default)]
 pub struct SecurityContext {

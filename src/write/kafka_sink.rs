@@ -443,6 +443,12 @@ async fn ensure_topic(cc: &ClientConfig, cfg: &KafkaConfig, context: &SecurityCo
 /// A failure while connecting: definite (a configuration error naming the setting) when the
 /// last error librdkafka reported is a TLS or SASL failure, or naming the `kafka` section when
 /// [`classify_kafka`] says so; else transient, with the last broker error appended.
+/// The error of a client that reached no broker: it names `kafka.brokers` and its value (a wrong
+/// address otherwise reads as a broker outage), then `what` failed.
+pub(crate) fn no_broker_answered(cfg: &KafkaConfig, what: impl std::fmt::Display) -> TransientError {
+    TransientError::Kafka(format!("kafka.brokers = {:?}: no broker answered: {what}", cfg.brokers))
+}
+
 fn connect_error(e: &KafkaError, cfg: &KafkaConfig, what: &str, context: &SecurityContext) -> Error {
     if let Some(f) = context.explain(cfg) {
         crate::telemetry::error_classified("kafka", true);
@@ -457,7 +463,7 @@ fn connect_error(e: &KafkaError, cfg: &KafkaConfig, what: &str, context: &Securi
                 TransientError::Kafka(m) => m,
                 other => other.to_string(),
             };
-            TransientError::Kafka(format!("kafka.brokers = {:?}: no broker answered: {t}{last}", cfg.brokers)).into()
+            no_broker_answered(cfg, format!("{t}{last}")).into()
         }
     }
 }

@@ -43,7 +43,8 @@
 //! key whose reads stop is reported cool within two windows (4 s) instead of two hot-key
 //! windows (20 s). Each reported key also carries its recent rate, the short window's alone
 //! (`HeatReport::now`): it shows a stop within two short windows, and binval's cool-down clock
-//! runs from it, so the cool-down starts a report interval after the load drops, not 4 s.
+//! runs from it (back-dated to the last report that still saw the key hot), so the cool-down
+//! starts when the load drops, not 4 s later.
 //!
 //! A short window's count is used only when it holds at least [`SHORT_MIN_SAMPLES`] samples
 //! (by default 16 reads each): below that its noise would make the larger-of-two rate

@@ -162,12 +162,8 @@ impl Stats {
     /// assert_eq!(s.nines(7), None);
     /// ```
     pub fn nines(&self, within_ms: u64) -> Option<f64> {
-        let within = match within_ms {
-            50 => self.applied_within_50ms,
-            200 => self.applied_within_200ms,
-            1000 => self.applied_within_1000ms,
-            _ => return None,
-        };
+        let i = CONSISTENCY_THRESHOLDS_MS.iter().position(|t| *t == within_ms)?;
+        let within = [self.applied_within_50ms, self.applied_within_200ms, self.applied_within_1000ms][i];
         if self.timed_invalidations == 0 {
             return None;
         }
