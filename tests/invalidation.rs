@@ -118,6 +118,9 @@ async fn republish_makes_an_instance_that_missed_an_event_evict() {
         tokio::task::block_in_place(|| (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect());
     let v2 = env.exec_v("UPDATE items SET price = 24.50 WHERE id = 7").await;
     assert_eq!(tokio::task::block_in_place(|| r.wait_version(&key, v2)), v2);
+    // Redis holds v2 before its event is on the topic (replicas, token, then the event): wait
+    // for both events there, so the instance below starts after them and republish finds them.
+    assert_eq!(tokio::task::block_in_place(|| pipeline_env::read_events(&env.topic, 2)).len(), 2);
     let new: Vec<Vec<String>> =
         tokio::task::block_in_place(|| (0..4).map(|i| r.cmd::<Vec<String>>(redis::cmd("HGETALL").arg(format!("{key}:r{i}")))).collect());
     // Put Redis back to v1 for a moment, let a new instance (listening from the newest offset,
