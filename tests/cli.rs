@@ -153,7 +153,7 @@ fn sigterm_drains_saves_checkpoint_and_exits_0() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let start = rt.block_on(env.binlog_now());
     let cp_path = tk::state_root().join(format!("{}.checkpoint.json", env.prefix));
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_port = binval_testkit::free_port().unwrap();
     let text = env.config_toml(&start, MAPPING).replace(
         "[checkpoint]\n",
         &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\nstore = \"file\"\npath = \"{}\"\n", cp_path.display()),
@@ -224,7 +224,7 @@ fn an_unusable_checkpoint_path_is_a_config_error_not_a_retry_loop() {
 fn an_unreachable_kafka_is_named_by_check_and_by_readiness() {
     let env = Env::new("nokafka", RedisKind::Standalone);
     tk::mariadb().sql(&format!("CREATE TABLE `{}`.items (id INT PRIMARY KEY, v INT)", env.db)).unwrap();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let closed = binval_testkit::free_port().unwrap();
     let good = env.config_toml("current", MAPPING);
     let text = good.replace(&tk::broker().bootstrap(), &format!("127.0.0.1:{closed}"));
     assert_ne!(text, good, "the broker address is in the config");
@@ -235,7 +235,7 @@ fn an_unreachable_kafka_is_named_by_check_and_by_readiness() {
     let librdkafka_lines = out.lines().filter(|l| l.contains("librdkafka")).count();
     assert!(librdkafka_lines <= 6, "{librdkafka_lines} librdkafka lines:\n{out}");
 
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_port = binval_testkit::free_port().unwrap();
     let p = write_config(
         "nokafka",
         &text.replace("[checkpoint]\n", &format!("[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n\n[checkpoint]\n")),

@@ -21,7 +21,7 @@ fn binval() -> Command {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    binval_testkit::free_port().unwrap()
 }
 
 /// A `binval run` child with its metrics address; killed if the test fails.

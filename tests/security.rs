@@ -387,7 +387,7 @@ async fn passwords_never_appear_in_logs_errors_check_or_metrics() {
     assert!(out.contains("http://") && out.contains(":***@"), "the URL is named, its password hidden: {out}");
 
     // run: logs at debug level and /metrics.
-    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_port = binval_testkit::free_port().unwrap();
     let cfg = write_file("s.toml", &text.replace("127.0.0.1:0", &format!("127.0.0.1:{metrics_port}")));
     let child = binval()
         .args(["run", "--config"])

@@ -125,7 +125,7 @@ async fn verify_every_serves_its_metrics_and_stops_on_sigterm() {
     env.exec("INSERT INTO items VALUES (1, 1, 'a'), (2, 2, 'b')").await;
     let start = env.binlog_now().await;
     let cfg = env.write_config(&env.config_toml(&start, MAPPING));
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = binval_testkit::free_port().unwrap();
     // Never bootstrapped: both keys are missing.
     let mut child = Command::new(env!("CARGO_BIN_EXE_binval"))
         .args(["verify", "--config"])

@@ -113,7 +113,7 @@ impl Metrics {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(binval_testkit::free_port()?)
 }
 
 /// The index of a binlog file name (`mysql-bin.000042` -> 42).

@@ -96,7 +96,7 @@ pub use tls::{
     mariadb_tls, redis_tls, redis_tls_cluster, sql_via_socket, test_certs, BrokerSecurity, SecureBroker, TestCerts, TlsRedis,
     REDIS_ADMIN_PASSWORD,
 };
-pub use util::unique_name;
+pub use util::{free_port, unique_name};
 
 /// The per-process folder holding every instance's state and logs:
 /// `$TMPDIR/binval-testkit/<pid>`.

@@ -40,24 +40,76 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{p}_{}_{n}{rand}", std::process::id())
 }
 
-/// A loopback port that was free a moment ago.
-pub(crate) fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// The kernel's ephemeral port range (`/proc/sys/net/ipv4/ip_local_port_range`, Linux's
+/// default 32768-60999), from which it picks the local port of every outgoing connection and
+/// of every `bind(port 0)`.
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// Ports handed out by this process, so two services of one test run never get the same one.
+static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// A random loopback port in `lo..hi` (outside the kernel's ephemeral range where one is
+/// left) that is free now, with `p + extra` free too when `extra` is given, and that this
+/// process has not handed out before.
+///
+/// Why not `bind(port 0)`: a port from the ephemeral range can be taken, while a service is
+/// stopped for a restart test, as the *local* port of any outgoing connection of the test
+/// process (a Redis or Kafka client reconnecting), and the restarted server then fails with
+/// `EADDRINUSE` for as long as that connection lives. Ports below the range are never used
+/// that way.
+fn pick_port(extra: Option<u16>, taken: &[u16]) -> io::Result<u16> {
+    let (eph_lo, eph_hi) = ephemeral_range();
+    let span = extra.unwrap_or(0);
+    // Below the ephemeral range when it leaves room (it does by default: 10000..32768),
+    // otherwise above it, otherwise anywhere (then bind(0) semantics are the best we have).
+    let (lo, hi) = if eph_lo >= 12000u16.saturating_add(span) {
+        (10000u16, eph_lo - span)
+    } else if u32::from(eph_hi) + 2000 + u32::from(span) < 65535 {
+        (eph_hi + 1, 65535 - span)
+    } else {
+        (1024, 65535 - span)
+    };
+    let mut seed = RandomState::new().build_hasher();
+    seed.write_u32(std::process::id());
+    let mut r = seed.finish();
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..2000 {
+        r = r.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let p = lo + ((r >> 33) % u64::from(hi - lo)) as u16;
+        let pair = extra.map(|e| p + e);
+        let clash = |q: u16| handed.contains(&q) || taken.contains(&q) || !port_free(q);
+        if clash(p) || pair.is_some_and(clash) {
+            continue;
+        }
+        handed.push(p);
+        handed.extend(pair);
+        return Ok(p);
+    }
+    Err(io::Error::other(format!("no free loopback port found in {lo}..{hi} after 2000 tries")))
+}
+
+/// A loopback port that is free now and outside the kernel's ephemeral range, so no outgoing
+/// connection can take it while its service is stopped (see [`pick_port`]).
+pub fn free_port() -> io::Result<u16> {
+    pick_port(None, &[])
 }
 
 pub(crate) fn port_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// A free port `p` with `p + 10000` (the Redis Cluster bus port) free too.
+/// A free port `p` with `p + 10000` (the Redis Cluster bus port) free too, both outside the
+/// ephemeral range.
 pub(crate) fn free_cluster_port(taken: &[u16]) -> io::Result<u16> {
-    for _ in 0..200 {
-        let p = free_port()?;
-        if p <= 55535 && !taken.contains(&p) && !taken.contains(&(p + 10000)) && port_free(p + 10000) {
-            return Ok(p);
-        }
-    }
-    Err(io::Error::other("no free port pair (p, p+10000) found"))
+    pick_port(Some(10000), taken)
 }
 
 pub(crate) fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
