@@ -14,7 +14,7 @@
 //! | 5 | [`write::group`] | every transaction already read as one group (or a large one alone, in chunks), decoded by [`binlog::decode`] (canonical JSON values) and mapped by [`mapping`] to one change per key |
 //! | 6 | [`write::apply`] | a group applied (`run`; one transaction for `replay`): the next three steps in order |
 //! | 6a | [`write::fence`] | each transaction's fence position: the order every write is checked against |
-//! | 6b | [`write::redis_sink`] | every suffix replica, then the version tokens, fenced, one pipeline per Redis master per step ([`redis_conn::RedisConn::run_batch`]) |
+//! | 6b | [`write::redis_sink`] | every suffix replica, then the version tokens, fenced, one pipeline per Redis master per step ([`redis::RedisConn::run_batch`]) |
 //! | 6c | [`write::kafka_sink`] | one invalidation event per key |
 //! | 7 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged a whole group |
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
@@ -25,12 +25,12 @@
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
 //! [`error`], [`security`] (TLS, authentication and secrets of the three connections; least
-//! privilege), [`redis_conn`] (the Redis client), [`telemetry`] (metric names, the metrics
+//! privilege), [`redis`] (the Redis client, its slot map and node addresses), [`telemetry`] (metric names, the metrics
 //! listener with `/healthz` and `/readyz`) and [`failpoint`].
 //!
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
 //! `failpoint` and `binlog::decode` import nothing of binval's; `error`, then `security`, then
-//! `redis_conn` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
+//! `redis` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
 //! `monitor` <- `commands` <- `main`, and `scan` (on `binlog`, `mapping`, `write`) <-
 //! `commands`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
@@ -89,7 +89,7 @@ pub mod ha;
 pub mod mapping;
 pub mod monitor;
 pub mod pipeline;
-pub mod redis_conn;
+pub mod redis;
 pub mod replicas;
 pub mod scan;
 pub mod security;

@@ -52,7 +52,7 @@ fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_key_grows_writes_every_copy_and_shrinks_once_cool() {
     let env = Env::new("adaptive", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     let start = env.binlog_now().await;
     let run = pipeline_env::start(env.config(&start, &mappings()));
     let (hot, cold) = (format!("{}:item:1", env.prefix), format!("{}:item:2", env.prefix));
@@ -90,7 +90,7 @@ async fn a_hot_key_grows_writes_every_copy_and_shrinks_once_cool() {
     assert!(block(|| record(&mut r, &hot, n)).is_empty(), "no replica past the count");
     // The copies cover every master.
     let masters: std::collections::BTreeSet<usize> = {
-        let conn = binval::redis_conn::RedisConn::connect(&env.config(&start, "").redis).await.unwrap();
+        let conn = binval::redis::RedisConn::connect(&env.config(&start, "").redis).await.unwrap();
         let map = conn.refresh_slots().await.unwrap();
         (0..n).map(|i| map.master_of_slot(binval_protocol::hash_slot(format!("{hot}:r{i}").as_bytes()))).collect()
     };
@@ -147,7 +147,7 @@ async fn a_hot_key_grows_writes_every_copy_and_shrinks_once_cool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinned_key_gets_its_count_without_reads() {
     let env = Env::new("adaptive_pin", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     let start = env.binlog_now().await;
     let pinned = format!("{}:item:9", env.prefix);
     let m = format!("{}[[adaptive.pin]]\nkey = \"{pinned}\"\nreplicas = 4\n", mappings());
@@ -174,7 +174,7 @@ async fn an_app_reading_a_key_hot_spreads_it_and_reads_through_the_shrink() {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
     use std::sync::Arc;
     let env = Env::new("adaptive_app", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     let start = env.binlog_now().await;
     // A budget of 200 reads/s per master: a few hundred reads/s of one app need every master.
     let m = mappings().replace("read_budget_per_master = 1000", "read_budget_per_master = 200");

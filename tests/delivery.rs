@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use binval::mapping::KeyChange;
-use binval::redis_conn::RedisConn;
+use binval::redis::RedisConn;
 use binval::write::redis_sink::{Applied, WriteCtx};
 use binval_protocol::{FencePosition, Op};
 use pipeline_env::*;
@@ -142,7 +142,7 @@ async fn fenced_writes_cluster() {
 // ---------------------------------------------------------------------------------------------
 // kill -9 harness
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n";
+const MAPPING: &str = items_mapping!(3);
 const IDS: u32 = 12;
 
 /// What the writer did: the final row per id and every change as (id, GTID sequence number).
@@ -380,7 +380,7 @@ fn kill_9_harness_with(name: &str, writers: u32, max_sleep_ms: u64, adaptive: bo
     let _reap = ReapOnPanic;
     let env = Env::new(name, RedisKind::Cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
+    rt.block_on(env.exec(pipeline_env::items::ID_COUNTER));
     let start = rt.block_on(env.binlog_now());
     let cfg = write_config_with(&env, &start, 600, if adaptive { ADAPTIVE_MAPPING } else { MAPPING });
     let log = tk::state_root().join(format!("{}.log", env.prefix));
@@ -472,7 +472,7 @@ fn standby_takes_over_from_a_killed_active_instance_and_a_paused_one_cannot_writ
     let _reap = ReapOnPanic;
     let env = Env::new("ha", RedisKind::Cluster);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)"));
+    rt.block_on(env.exec(pipeline_env::items::ID_COUNTER));
     let start = rt.block_on(env.binlog_now());
     let cfg = write_config(&env, &start, 1500);
     let (log_a, log_b) = (tk::state_root().join(format!("{}.a.log", env.prefix)), tk::state_root().join(format!("{}.b.log", env.prefix)));

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use binval::mapping::KeyChange;
-use binval::redis_conn::{RedisConn, SlotMap};
+use binval::redis::{RedisConn, SlotMap};
 use binval::write::redis_sink::WriteCtx;
 use binval_protocol::{FencePosition, Op};
 use mysql_async::prelude::Queryable;
@@ -22,13 +22,13 @@ fn block<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+const MAPPING: &str = items_mapping!(4);
 
 /// 600 single-row transactions on 30 rows (updates, deletes, re-inserts) written while binval
 /// is not running, then applied as a backlog: in groups, to exactly the database's last state.
 async fn backlog_in_groups(kind: RedisKind) {
     let env = Env::new("groups", kind);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)").await;
+    env.exec(pipeline_env::items::ID_COUNTER).await;
     let start = env.binlog_now().await;
     let mut c = env.conn().await;
     let mut last: BTreeMap<u32, (Option<i64>, u64)> = BTreeMap::new();
@@ -138,7 +138,7 @@ async fn a_large_transaction_is_applied_alone_in_chunks_and_spilled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeat_rows_give_the_lag_and_reach_neither_redis_nor_kafka() {
     let env = Env::new("beat", RedisKind::Standalone);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)").await;
+    env.exec(pipeline_env::items::ID_COUNTER).await;
     // The replication user of the tests may read only; the heartbeat needs to write its table.
     env.exec(&format!("GRANT CREATE, INSERT, UPDATE ON `{}`.* TO 'binval'@'%'", env.db)).await;
     let start = env.binlog_now().await;

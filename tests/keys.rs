@@ -8,7 +8,7 @@ mod pipeline_env;
 
 use binval::error::{DefiniteError, Error};
 use binval::ha::lease::{lease_key, Lease};
-use binval::redis_conn::RedisConn;
+use binval::redis::RedisConn;
 use pipeline_env::*;
 
 /// A mapping of table `t` with key template `keys` (TOML list) and extra lines.

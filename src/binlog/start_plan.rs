@@ -216,7 +216,7 @@ pub async fn plan_start(
     cfg: &crate::config::Config,
     saved: Option<&Checkpoint>,
     store_location: &str,
-    redis: &crate::redis_conn::RedisConn,
+    redis: &crate::redis::RedisConn,
     conn: &mut Conn,
     info: &ServerInfo,
     logs: &[String],

@@ -32,9 +32,15 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     println!("source: {} ok (binlog at {}:{})", info.version, info.current.file, info.current.pos);
     let tls = security::mysql::session_tls(&mut conn).await?;
     println!("source tls: {}", describe(tls.map(|(v, c)| (v, c, "the connection itself")), cfg.source.tls.effective_mode()));
-    // Without the checkpoint's renames (Redis is checked below): a mapped table renamed while
-    // binval followed it is reported under its configured name.
-    let problems = crate::binlog::server::check_mappings(&mut conn, &cfg.mappings, None).await?;
+    // With the checkpoint's renames, as `run` checks them: a mapped table renamed while binval
+    // followed it is checked under its live name. Redis is reported below; when it does not
+    // answer here, the mappings are checked under their configured names.
+    let early = crate::redis::RedisConn::connect(&cfg.redis).await.ok();
+    let renamed = match &early {
+        Some(r) => crate::ha::checkpoint::followed_renames(&cfg, r).await.ok(),
+        None => None,
+    };
+    let problems = crate::binlog::server::check_mappings(&mut conn, &cfg.mappings, renamed.as_ref()).await?;
     for p in problems.all() {
         println!("mapping problem: {p}");
     }
@@ -46,7 +52,10 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
         return Err(Error::config("mappings", format!("{} problem(s) against the source schema (listed above)", problems.schema.len())));
     }
     check_grants(&mut conn, &cfg, info.mariadb).await?;
-    let mut redis = crate::redis_conn::RedisConn::connect(&cfg.redis).await?;
+    let mut redis = match early {
+        Some(r) => r,
+        None => crate::redis::RedisConn::connect(&cfg.redis).await?,
+    };
     let pong: String = redis.query(&redis::cmd("PING")).await.map_err(|e| crate::error::TransientError::Redis(e.to_string()))?;
     println!("redis: {pong} ({})", cfg.redis.username.as_deref().map(|u| format!("ACL user {u}")).unwrap_or_else(|| "default user".into()));
     check_redis_tls(&cfg).await;
@@ -146,16 +155,16 @@ async fn check_grants(conn: &mut mysql_async::Conn, cfg: &Config, mariadb: bool)
 async fn check_redis_tls(cfg: &Config) {
     let mode = binval_security::redis_tls::effective_mode(&cfg.redis.urls, &cfg.redis.tls, "redis.tls", "redis.urls").unwrap_or_default();
     for u in &cfg.redis.urls {
-        let Some((host, port)) = host_port(u) else { continue };
+        let Ok(addr) = crate::redis::NodeAddr::from_url(u) else { continue };
         let line = if mode.encrypted() {
-            match security::probe::probe(&host, port, &cfg.redis.tls, mode, Duration::from_secs(5)).await {
+            match security::probe::probe(&addr.host, addr.port, &cfg.redis.tls, mode, Duration::from_secs(5)).await {
                 Ok(r) => describe(Some((r.version, r.cipher, "a TLS probe")), mode),
                 Err(e) => format!("TLS probe failed: {e}"),
             }
         } else {
             describe(None, mode)
         };
-        println!("redis tls: {host}:{port} {line}");
+        println!("redis tls: {addr} {line}");
     }
 }
 
@@ -180,16 +189,4 @@ async fn check_kafka_security(cfg: &Config) {
         describe(None, mode)
     };
     println!("kafka security: {sasl}; {tls}");
-}
-
-/// `host` and `port` of a `redis[s]://[user[:pw]@]host:port[/db]` URL (port 6379 when
-/// missing).
-fn host_port(url: &str) -> Option<(String, u16)> {
-    let rest = url.split_once("://")?.1;
-    let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
-    let hp = rest.split(['/', '?', '#']).next()?;
-    match hp.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || hp.starts_with('[') => Some((h.to_string(), p.parse().ok()?)),
-        _ => Some((hp.to_string(), 6379)),
-    }
 }

@@ -32,7 +32,7 @@ use binval_protocol::KeyTemplate;
 
 use crate::config::MappingConfig;
 use crate::error::{Error, TransientError};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// Keys sampled per key template.
 pub const SAMPLE_KEYS: usize = 200;

@@ -48,7 +48,7 @@ use crate::binlog::xa::XaCheckpoint;
 use crate::config::{CheckpointConfig, CheckpointStore};
 use crate::error::{DefiniteError, Error, TransientError};
 use crate::mapping::TableNames;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// What is saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -41,7 +41,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::error::{Error, TransientError};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 const ACQUIRE: &str = r#"
 local cur = redis.call('GET', KEYS[1])

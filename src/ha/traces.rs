@@ -22,7 +22,7 @@
 use crate::config::Config;
 use crate::error::Error;
 use crate::ha::topic_marks::{self, TopicReport};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// Keys `SCAN` visits at most per master and key template.
 pub const SCAN_BUDGET: u64 = 1_000_000;

@@ -22,7 +22,7 @@ use binval_protocol::adaptive::HOT_SET_KEY;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{classify_redis, DefiniteError, Error};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// What a key's changes write: `write` replicas, each recording `count` (field `n`).
 /// `write > count` only while a shrink is announced and its extra replicas are not removed yet.

@@ -13,7 +13,7 @@ use binval_protocol::fence::replica_write_script;
 use binval_protocol::replica_key;
 
 use crate::error::{classify_redis, Error, TransientError};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// What a resize step did, for the log and the tests.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use super::{heat, AdaptiveConfig};
 use crate::config::Replicas;
 use crate::error::{Error, TransientError};
 use crate::mapping::Mapper;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::telemetry::names;
 
 /// One step of a count change, applied by the apply loop between groups.

@@ -14,7 +14,7 @@ use binval_protocol::KeyTemplate;
 
 use crate::config::MappingConfig;
 use crate::error::Error;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// Which mapping and template a key belongs to, with the column texts it was rendered from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! with the consumer), and connection failures that name the setting.
 //!
 //! Every client binval opens goes through here: the standalone connection manager, the Cluster
-//! client and the per-master connections `SCAN` uses ([`crate::redis_conn::RedisConn`]).
+//! client and the per-master connections `SCAN` uses ([`crate::redis::RedisConn`]).
 
 use binval_security::redis_tls::{self, RedisAuth};
 use redis::cluster::ClusterClientBuilder;

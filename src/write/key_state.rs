@@ -15,7 +15,7 @@ use binval_protocol::{hash_slot, parse_version, replica_key, version_key};
 use redis::{RedisError, Value};
 
 use crate::error::{classify_redis, Error};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// Keys per batch: bounds the replies held at once.
 const KEYS_PER_BATCH: usize = 2048;
@@ -107,7 +107,7 @@ impl RedisConn {
                         match parse_version(raw.as_deref()) {
                             Ok(0) if raw.is_none() => {}
                             Ok(n) => states[i].version = Some(n),
-                            Err(m) => states[i].version_invalid = Some(m),
+                            Err(m) => states[i].version_invalid = Some(m.to_string()),
                         }
                     }
                     Some(_) => {

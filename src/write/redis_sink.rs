@@ -33,7 +33,7 @@
 //! (e.g. `WRONGTYPE`) by [`crate::error::classify_redis`], naming the key.
 //!
 //! The connection itself ([`RedisConn`]: connect, commands, scripts, batches, SCAN over the
-//! masters) is the crate-wide client in [`crate::redis_conn`]; this module adds the fenced
+//! masters) is the crate-wide client in [`crate::redis`]; this module adds the fenced
 //! writes to it.
 
 use std::sync::Arc;
@@ -48,7 +48,7 @@ use crate::error::{classify_redis, DefiniteError, Error, TransientError};
 /// replicas are written without it (module docs).
 pub const TOKEN_READ_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 use crate::mapping::{KeyChange, Mapper};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// The fenced write stage, as methods of the crate-wide client.
 impl RedisConn {
@@ -150,7 +150,7 @@ impl RedisConn {
         for (i, r) in versions.into_iter().enumerate() {
             let vkey = || version_key(&changes[i].key);
             let raw: Option<Vec<u8>> = reply_as(r, vkey)?;
-            let v = parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey(), message: m })?;
+            let v = parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey(), message: m.to_string() })?;
             if v > positions[i].0 {
                 applied[i].skipped_newer = true;
             } else {
@@ -310,7 +310,7 @@ impl RedisConn {
         let vkey = version_key(key);
         let mut c = self.clone();
         let raw: Option<Vec<u8>> = c.query(redis::cmd("GET").arg(&vkey)).await.map_err(|e| classify_redis(e, &vkey))?;
-        parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey, message: m }.into())
+        parse_version(raw.as_deref()).map_err(|m| DefiniteError::RedisRefused { key: vkey, message: m.to_string() }.into())
     }
 }
 

@@ -13,8 +13,7 @@
 
 use metrics::Counter;
 
-/// The metric name.
-pub const REDIS_READS: &str = "binval_consumer_redis_reads_total";
+use crate::metric_names;
 
 /// What a read asked for, and where it went (the `command` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +34,8 @@ pub(crate) struct MasterCounters {
 impl MasterCounters {
     pub(crate) fn new(master: &str) -> Self {
         MasterCounters {
-            replica: metrics::counter!(REDIS_READS, "master" => master.to_string(), "command" => "replica"),
-            replica_node: metrics::counter!(REDIS_READS, "master" => master.to_string(), "command" => "replica_node"),
+            replica: metrics::counter!(metric_names::REDIS_READS_TOTAL, "master" => master.to_string(), "command" => "replica"),
+            replica_node: metrics::counter!(metric_names::REDIS_READS_TOTAL, "master" => master.to_string(), "command" => "replica_node"),
         }
     }
 
@@ -48,11 +47,10 @@ impl MasterCounters {
     }
 }
 
-/// `host:port` of a `redis://[user:password@]host:port[/db]` URL (never the password).
+/// `host:port` of a standalone server's URL ([`binval_protocol::topology::NodeAddr::from_url`];
+/// never the password); a URL without one (a Unix socket) is labelled by its redacted form.
 pub(crate) fn master_label(url: &str) -> String {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let rest = rest.rsplit_once('@').map(|(_, r)| r).unwrap_or(rest);
-    rest.split('/').next().unwrap_or(rest).to_string()
+    binval_protocol::topology::NodeAddr::from_url(url).map_or_else(|_| binval_security::redact_url(url), |a| a.to_string())
 }
 
 #[cfg(test)]
@@ -63,5 +61,6 @@ mod tests {
     fn standalone_master_is_host_port() {
         assert_eq!(master_label("redis://user:pw@10.0.0.9:6380/2"), "10.0.0.9:6380");
         assert_eq!(master_label("rediss://cache:6379"), "cache:6379");
+        assert_eq!(master_label("redis://cache"), "cache:6379", "the port redis-rs connects to");
     }
 }

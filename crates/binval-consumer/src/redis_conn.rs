@@ -198,9 +198,9 @@ impl RedisConn {
                             counters.count(Read::Replica);
                             cmd.query_async::<Reply>(&mut conn.clone()).await
                         }
-                        Some((host, port)) => {
+                        Some(n) => {
                             counters.count(Read::ReplicaNode);
-                            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port: *port });
+                            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: n.host.clone(), port: n.port });
                             match conn.clone().route_command(cmd.clone(), route).await {
                                 Ok(v) => redis::from_redis_value::<Reply>(v).map_err(redis::RedisError::from),
                                 Err(e) => Err(e),
@@ -215,7 +215,7 @@ impl RedisConn {
                 let record = ReplicaRecord::from_fields(d, t, p).map_err(|reason| ConsumerError::Decode {
                     key: rkey.to_string(),
                     what: "replica",
-                    reason,
+                    reason: reason.to_string(),
                 })?;
                 Ok(ReplicaRead { record, count: crate::counts::record_count(rkey, n.as_deref()) })
             }

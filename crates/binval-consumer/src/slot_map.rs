@@ -30,6 +30,8 @@ use redis::cluster::NodeAddress;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_read_routing::{ClusterTopology, ReadCandidates, ReadRoutingStrategy, ReadRoutingStrategyFactory};
 
+use binval_protocol::topology::{parse_cluster_slots, NodeAddr, SlotRange};
+
 use crate::masters::MasterCounters;
 
 /// How old the map may get before a read refreshes it with `CLUSTER SLOTS`.
@@ -39,16 +41,13 @@ pub const REFRESH: Duration = Duration::from_secs(30);
 pub(crate) struct Shard {
     /// `host:port` of the master (the `master` label of the read counters).
     pub label: String,
-    /// Replica nodes of the master, `(host, port)`, as the cluster announces them.
+    /// Replica nodes of the master, as the cluster announces them.
     pub nodes: Vec<Node>,
     pub counters: MasterCounters,
 }
 
-/// A replica node, `(host, port)`.
-pub(crate) type Node = (String, u16);
-
-/// `(first slot, last slot, "host:port" of the master, its replica nodes)`.
-type Range = (u16, u16, String, Vec<Node>);
+/// A replica node.
+pub(crate) type Node = NodeAddr;
 
 /// Slot ranges `(first, last, shard index)`, sorted by `first`, and the shards.
 #[derive(Default)]
@@ -58,10 +57,11 @@ pub(crate) struct SlotMap {
 }
 
 impl SlotMap {
-    /// Build from `(first, last, master "host:port", replica nodes)` ranges.
-    fn from_ranges(ranges: Vec<Range>) -> SlotMap {
+    /// Build from the ranges of `CLUSTER SLOTS` or of the client's topology.
+    fn from_ranges(ranges: Vec<SlotRange>) -> SlotMap {
         let mut map = SlotMap::default();
-        for (first, last, master, nodes) in ranges {
+        for SlotRange { first, last, master, replicas: nodes } in ranges {
+            let master = master.to_string();
             let i = match map.shards.iter().position(|s| s.label == master) {
                 Some(i) => i,
                 None => {
@@ -79,10 +79,10 @@ impl SlotMap {
     fn from_topology(t: &ClusterTopology) -> SlotMap {
         let mut ranges = Vec::new();
         for shard in t.shards() {
-            let master = label(shard.primary());
-            let nodes: Vec<Node> = shard.replicas().iter().map(|n| (n.host().to_string(), n.port())).collect();
+            let master = node(shard.primary());
+            let nodes: Vec<Node> = shard.replicas().iter().map(node).collect();
             for &(first, last) in shard.slot_ranges() {
-                ranges.push((first, last, master.clone(), nodes.clone()));
+                ranges.push(SlotRange { first, last, master: master.clone(), replicas: nodes.clone() });
             }
         }
         SlotMap::from_ranges(ranges)
@@ -106,9 +106,9 @@ impl SlotMap {
     }
 }
 
-/// `host:port` of a node.
-fn label(n: &NodeAddress) -> String {
-    format!("{}:{}", n.host(), n.port())
+/// redis-rs's node address as the protocol crate spells it.
+fn node(n: &NodeAddress) -> NodeAddr {
+    NodeAddr::new(n.host(), n.port())
 }
 
 /// The slot map of one consumer's Cluster connection, kept current (see the module docs).
@@ -196,7 +196,7 @@ impl ClusterMap {
         if let Some(conn) = self.conn.get() {
             let reply: Result<redis::Value, _> = redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut conn.clone()).await;
             if let Ok(v) = reply {
-                self.replace(SlotMap::from_ranges(parse_slots(&v)));
+                self.replace(SlotMap::from_ranges(parse_cluster_slots(&v)));
             }
         }
         self.refreshing.store(false, Relaxed);
@@ -233,34 +233,6 @@ impl ReadRoutingStrategy for TopologyTap {
     }
 }
 
-/// `(first slot, last slot, "host:port" of the master, replica nodes)` of a `CLUSTER SLOTS`
-/// reply (Redis docs: an array of `[start, end, [host, port, id, …], replica…]`).
-fn parse_slots(v: &redis::Value) -> Vec<Range> {
-    use redis::Value::{Array, BulkString, Int, SimpleString};
-    let node = |n: &redis::Value| -> Option<Node> {
-        let Array(items) = n else { return None };
-        let host = match items.first()? {
-            BulkString(h) => String::from_utf8_lossy(h).into_owned(),
-            SimpleString(h) => h.clone(),
-            _ => return None,
-        };
-        let Int(port) = items.get(1)? else { return None };
-        Some((host, u16::try_from(*port).ok()?))
-    };
-    let Array(ranges) = v else { return Vec::new() };
-    let mut out = Vec::new();
-    for r in ranges {
-        let Array(items) = r else { continue };
-        let (Some(Int(first)), Some(Int(last)), Some(master)) = (items.first(), items.get(1), items.get(2).and_then(node)) else {
-            continue;
-        };
-        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else { continue };
-        let replicas: Vec<Node> = items[3..].iter().filter_map(node).collect();
-        out.push((first, last, format!("{}:{}", master.0, master.1), replicas));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,13 +247,13 @@ mod tests {
             Array(vec![Int(0), Int(5460), node("10.0.0.1", 7001), node("10.0.0.4", 7004)]),
             Array(vec![Int(10923), Int(16383), node("10.0.0.3", 7003)]),
         ]);
-        let map = SlotMap::from_ranges(parse_slots(&reply));
+        let map = SlotMap::from_ranges(parse_cluster_slots(&reply));
         assert_eq!(map.masters(), 3);
         let s0 = map.shard(map.shard_of(0).unwrap()).unwrap();
-        assert_eq!((s0.label.as_str(), s0.nodes.as_slice()), ("10.0.0.1:7001", &[("10.0.0.4".to_string(), 7004)][..]));
+        assert_eq!((s0.label.as_str(), s0.nodes.as_slice()), ("10.0.0.1:7001", &[NodeAddr::new("10.0.0.4", 7004)][..]));
         assert_eq!(map.shard(map.shard_of(5461).unwrap()).unwrap().label, "10.0.0.2:7002");
         assert_eq!(map.shard(map.shard_of(16383).unwrap()).unwrap().label, "10.0.0.3:7003");
-        let partial = SlotMap::from_ranges(vec![(0, 99, "a:1".into(), vec![])]);
+        let partial = SlotMap::from_ranges(vec![SlotRange { first: 0, last: 99, master: NodeAddr::new("a", 1), replicas: vec![] }]);
         assert_eq!(partial.shard_of(100), None);
     }
 
@@ -302,7 +274,7 @@ mod tests {
         assert_eq!(cm.generation(), 1);
         let map = cm.current();
         assert_eq!(map.shard(map.shard_of(9000).unwrap()).unwrap().label, "10.0.0.2:7002");
-        assert_eq!(map.shard(map.shard_of(9000).unwrap()).unwrap().nodes, vec![("10.0.0.5".to_string(), 7005)]);
+        assert_eq!(map.shard(map.shard_of(9000).unwrap()).unwrap().nodes, vec![NodeAddr::new("10.0.0.5", 7005)]);
         // Reads from replica nodes are off: none is readable.
         let shard = map.shard(map.shard_of(9000).unwrap()).unwrap();
         assert!(cm.readable_nodes(shard).is_empty());
@@ -314,10 +286,10 @@ mod tests {
         )]));
         let announced_later = Shard {
             label: "10.0.0.2:7002".into(),
-            nodes: vec![("10.0.0.5".into(), 7005), ("10.0.0.6".into(), 7006)],
+            nodes: vec![NodeAddr::new("10.0.0.5", 7005), NodeAddr::new("10.0.0.6", 7006)],
             counters: MasterCounters::new("10.0.0.2:7002"),
         };
-        assert_eq!(on.readable_nodes(&announced_later), vec![&("10.0.0.5".to_string(), 7005)], "only nodes the client knows");
+        assert_eq!(on.readable_nodes(&announced_later), vec![&NodeAddr::new("10.0.0.5", 7005)], "only nodes the client knows");
         // An empty topology (a failed refresh) keeps the map.
         tap.on_topology_changed(ClusterTopology::from_shards(Vec::new()));
         assert_eq!((cm.generation(), cm.current().masters()), (1, 2));

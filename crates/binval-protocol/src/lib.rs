@@ -24,6 +24,8 @@
 //!   order in which a read tries them (used by the consumer and by `binval check`).
 //! * [`position`]: binlog coordinates as types (`FILE:POS`, MariaDB GTIDs), one parser and one
 //!   `Display` each.
+//! * [`topology`]: where Redis nodes are — a node's `host:port` from a `redis://` URL or a
+//!   `CLUSTER SLOTS` reply (feature `redis`), one parser for binval and the consumer.
 //! * [`version`]: the evict rule — an event with version `v` evicts a cached entry whose
 //!   version is lower than `v`.
 //!
@@ -40,11 +42,12 @@ pub mod payload;
 pub mod placement;
 pub mod position;
 pub mod progress;
+pub mod topology;
 pub mod version;
 
 pub use batch::{BatchBuilder, BatchDecodeError, BatchEncodeError, BatchView, BATCH_FORMAT_VERSION, KIND_BATCH};
 pub use event::{InvalidationEvent, Op, SourcePosition, EVENT_SCHEMA_VERSION};
-pub use fence::{parse_version, FencePosition, ReplicaRecord};
+pub use fence::{parse_version, FencePosition, FieldError, ReplicaRecord};
 pub use keys::{hash_slot, replica_key, version_key, KeyTemplate, TemplateError, REPLICA_SEPARATOR};
 pub use position::{file_index, BinlogPosition, MariadbGtid, MariadbGtidPosition, MysqlGtidSet, PositionParseError};
 pub use progress::{MasterLag, ProgressDecodeError, ProgressMessage, KIND_HEADER, KIND_PROGRESS, PROGRESS_SCHEMA_VERSION};

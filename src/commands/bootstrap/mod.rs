@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::scan::Scanner;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::kafka_sink::KafkaSink;

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{classify_redis, DefiniteError, Error};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::scan::table::KeyValue;
 
 /// Redis key of source `name`'s bootstrap progress; shares the `{name}` hash tag with the

@@ -16,7 +16,7 @@ use super::verify::compare::{compare, Expected, Finding};
 use crate::config::{Config, MappingConfig, MappingMode};
 use crate::error::{DefiniteError, Error};
 use crate::mapping::KeyChange;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::scan::keyspace::KeyResolver;
 use crate::scan::table::ScannedRow;
 use crate::scan::Scanner;

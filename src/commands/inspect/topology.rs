@@ -5,7 +5,7 @@
 use redis::Value;
 
 use crate::error::{classify_redis, Error};
-use crate::redis_conn::RedisConn;
+use crate::redis::{NodeAddr, RedisConn, SlotRange};
 
 /// The node serving a hash slot.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -21,8 +21,8 @@ pub struct SlotOwner {
 pub enum Topology {
     /// One server.
     Standalone(String),
-    /// `(first slot, last slot, owner)` per range.
-    Cluster(Vec<(u16, u16, SlotOwner)>),
+    /// The ranges of `CLUSTER SLOTS`.
+    Cluster(Vec<SlotRange>),
 }
 
 impl Topology {
@@ -33,7 +33,7 @@ impl Topology {
             RedisConn::Cluster(c, _) => {
                 let reply: Value =
                     redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c.clone()).await.map_err(|e| classify_redis(e, "CLUSTER SLOTS"))?;
-                Ok(Topology::Cluster(parse_cluster_slots(&reply)))
+                Ok(Topology::Cluster(binval_protocol::topology::parse_cluster_slots(&reply)))
             }
         }
     }
@@ -42,41 +42,18 @@ impl Topology {
     pub fn owner(&self, slot: u16) -> Option<SlotOwner> {
         match self {
             Topology::Standalone(a) => Some(SlotOwner { master: a.clone(), replicas: Vec::new() }),
-            Topology::Cluster(ranges) => ranges.iter().find(|(s, e, _)| (*s..=*e).contains(&slot)).map(|(_, _, o)| o.clone()),
+            Topology::Cluster(ranges) => ranges
+                .iter()
+                .find(|r| r.contains(slot))
+                .map(|r| SlotOwner { master: r.master.to_string(), replicas: r.replicas.iter().map(NodeAddr::to_string).collect() }),
         }
     }
 }
 
-/// `host:port` of a `redis://[user:password@]host:port[/db]` URL (no credentials).
+/// `host:port` of a Redis URL ([`NodeAddr::from_url`]); a URL that has none (a Unix socket)
+/// is shown as it is, without its password.
 pub fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split(['/', '?']).next().unwrap_or_default().to_string()
-}
-
-/// The ranges of a `CLUSTER SLOTS` reply (malformed entries are skipped).
-pub fn parse_cluster_slots(reply: &Value) -> Vec<(u16, u16, SlotOwner)> {
-    let Value::Array(ranges) = reply else { return Vec::new() };
-    let node = |v: &Value| -> Option<String> {
-        let Value::Array(n) = v else { return None };
-        let host = match n.first()? {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        let Value::Int(port) = n.get(1)? else { return None };
-        Some(format!("{host}:{port}"))
-    };
-    ranges
-        .iter()
-        .filter_map(|r| {
-            let Value::Array(items) = r else { return None };
-            let (Some(Value::Int(s)), Some(Value::Int(e))) = (items.first(), items.get(1)) else { return None };
-            let master = node(items.get(2)?)?;
-            let replicas = items.iter().skip(3).filter_map(node).collect();
-            Some((u16::try_from(*s).ok()?, u16::try_from(*e).ok()?, SlotOwner { master, replicas }))
-        })
-        .collect()
+    NodeAddr::from_url(url).map_or_else(|_| binval_security::redact_url(url), |a| a.to_string())
 }
 
 #[cfg(test)]
@@ -93,7 +70,7 @@ mod tests {
             Value::Array(vec![Value::Int(0), Value::Int(5460), node("10.0.0.1", 7000), node("10.0.0.4", 7003)]),
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node("10.0.0.2", 7001)]),
         ]);
-        let t = Topology::Cluster(parse_cluster_slots(&reply));
+        let t = Topology::Cluster(binval_protocol::topology::parse_cluster_slots(&reply));
         assert_eq!(t.owner(5460), Some(SlotOwner { master: "10.0.0.1:7000".into(), replicas: vec!["10.0.0.4:7003".into()] }));
         assert_eq!(t.owner(16383).unwrap().master, "10.0.0.2:7001");
         assert_eq!(Topology::Cluster(Vec::new()).owner(1), None);
@@ -103,5 +80,7 @@ mod tests {
     fn addresses_leave_credentials_out() {
         assert_eq!(host_port("redis://127.0.0.1:6379"), "127.0.0.1:6379");
         assert_eq!(host_port("rediss://user:se@cret@h:6380/2?x=1"), "h:6380");
+        assert_eq!(host_port("redis://h"), "h:6379");
+        assert_eq!(host_port("redis+unix://u:pw@/tmp/r.sock"), "redis+unix://u:***@/tmp/r.sock");
     }
 }

@@ -43,7 +43,7 @@ use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig};
 use crate::error::{DefiniteError, Error};
 use crate::mapping::KeyChange;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::scan::keyspace::KeyResolver;
 use crate::scan::Scanner;
 use crate::write::apply::{would_change, ChangeGuard};

@@ -52,7 +52,7 @@ use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
 use crate::error::{task_failed, Error};
 use crate::mapping::{Mapper, TableNames};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
 use crate::write::kafka_sink::KafkaSink;

@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::Error;
 use crate::mapping::KeyChange;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::scan::keyspace::KeyResolver;
 use crate::scan::Scanner;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};

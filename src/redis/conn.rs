@@ -1,32 +1,5 @@
-//! The crate-wide Redis client: one connection type for standalone Redis and Redis Cluster,
-//! shared by the write stage ([`crate::write::redis_sink`]), the lease and the checkpoint store
-//! ([`crate::ha`]) and `binval check`.
-//!
-//! It lives apart from the write stage so that HA and the commands need not import the write
-//! path to talk to Redis (imports run one way: shared modules <- `binlog` <- `write`, `ha`).
-//!
-//! * Standalone: a reconnecting [`ConnectionManager`] (response and connection timeouts of
-//!   `redis.timeout_ms`, two retries).
-//! * Cluster: a slot-routed multiplexed [`ClusterConnection`]; commands are routed by their
-//!   first key. `SCAN` is per node, so [`RedisConn::scan_match`] opens a connection to
-//!   every master found with `CLUSTER SLOTS`.
-//!
-//! Batches ([`RedisConn::run_batch`]): the write stage sends thousands of single-key commands
-//! per group of transactions. Sent one by one through the cluster client, each costs a routing
-//! step, a channel hop and a future (about 25 µs of CPU measured under load); a Redis Cluster
-//! also refuses pipelines whose keys are in different slots. So binval keeps its own copy of
-//! the slot map (`CLUSTER SLOTS`), groups the commands by the master that owns their key's
-//! slot, and sends each master's commands as one pipeline (one round trip; all masters at
-//! once). A pipeline may hold keys of many slots: a master runs each command on its own and
-//! answers `MOVED`/`ASK` only for a key it does not own. When a pipeline fails (a slot moved,
-//! a failover, a dropped connection), binval refreshes its slot map and sends that pipeline's
-//! commands again one by one through the cluster client, which follows `MOVED`/`ASK` itself:
-//! binval's writes are fenced, so sending a command twice is harmless.
-//!
-//! Connection failures are transient, except TLS and authentication failures, which name the
-//! setting ([`crate::security::redis`]); a `redis.mode` that does not match the server is a
-//! definite configuration error naming `redis.mode`. Every client, including the per-master
-//! connections of `SCAN`, gets `[redis.tls]` and the ACL user.
+//! [`RedisConn`]: the connection every step shares (module docs of [`crate::redis`] say how
+//! it batches, routes and fails).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -37,6 +10,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncCommands, RedisError, RedisResult, Value};
+
+use super::SlotMap;
 
 use crate::config::{RedisConfig, RedisMode};
 use crate::error::{classify_redis, Error, TransientError};
@@ -62,59 +37,6 @@ pub struct ClusterState {
 /// Commands per pipeline: a master answers a pipeline in one go, so a very long one delays
 /// the reads queued behind it.
 const PIPELINE_MAX: usize = 512;
-
-/// Which master serves each hash slot, as `CLUSTER SLOTS` reported it: `slots[s]` is an index
-/// into `masters` (`host:port`).
-#[derive(Debug, Clone, Default)]
-pub struct SlotMap {
-    slots: Vec<u16>,
-    masters: Vec<String>,
-}
-
-impl SlotMap {
-    /// Parse a `CLUSTER SLOTS` reply (Redis docs: an array of `[start, end, [host, port, id],
-    /// replicas...]`). Slots without a master map to master 0 (a command for them fails and is
-    /// sent again through the cluster client).
-    pub fn from_cluster_slots(reply: &Value) -> Self {
-        let mut map = SlotMap { slots: vec![0; binval_protocol::keys::HASH_SLOTS as usize], masters: Vec::new() };
-        let Value::Array(ranges) = reply else { return map };
-        for r in ranges {
-            let Value::Array(items) = r else { continue };
-            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) = (items.first(), items.get(1), items.get(2))
-            else {
-                continue;
-            };
-            let (Some(host), Some(Value::Int(port))) = (master.first(), master.get(1)) else { continue };
-            let host = match host {
-                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                Value::SimpleString(s) => s.clone(),
-                _ => continue,
-            };
-            let addr = format!("{host}:{port}");
-            let idx = match map.masters.iter().position(|m| *m == addr) {
-                Some(i) => i,
-                None => {
-                    map.masters.push(addr);
-                    map.masters.len() - 1
-                }
-            };
-            for s in (*start).max(0)..=(*end).min(binval_protocol::keys::HASH_SLOTS as i64 - 1) {
-                map.slots[s as usize] = idx as u16;
-            }
-        }
-        map
-    }
-
-    /// Index of the master serving `slot` (see [`SlotMap::masters`]).
-    pub fn master_of_slot(&self, slot: u16) -> usize {
-        self.slots.get(slot as usize).copied().unwrap_or(0) as usize
-    }
-
-    /// `host:port` of every master, in first-seen order.
-    pub fn masters(&self) -> &[String] {
-        &self.masters
-    }
-}
 
 impl RedisConn {
     /// Connect per `cfg`. Connection failures are transient, TLS and authentication failures
