@@ -150,6 +150,15 @@ pub enum TransientError {
     /// The checkpoint could not be saved.
     #[error("checkpoint save: {0}")]
     Checkpoint(String),
+    /// One of binval's own tasks (`apply`, `checkpoint`, the pipeline of a tenure) stopped or
+    /// was cancelled while another still needed it: the tenure restarts from its checkpoint.
+    /// What failed is reported by the task itself; this is what its partner saw.
+    #[error("the {task} task stopped: {message}")]
+    Task { task: &'static str, message: String },
+    /// binval's local disk: a large transaction's row events or an XA transaction could not be
+    /// held in `source.spill_dir`, or output could not be written.
+    #[error("local disk: {0}")]
+    LocalDisk(String),
     /// The server behind `source.url` is another one than the tenure planned its start on (a
     /// failover behind a DNS name or virtual IP): the tenure restarts, and its new start plan
     /// resumes by GTID (`binlog::start_plan`).
@@ -276,7 +285,7 @@ pub fn task_failed(task: &'static str, e: tokio::task::JoinError) -> Error {
             .unwrap_or_else(|| "(no message)".into());
         DefiniteError::TaskPanicked { task, message }.into()
     } else {
-        TransientError::Source(format!("the {task} task was cancelled: {e}")).into()
+        TransientError::Task { task, message: format!("cancelled: {e}") }.into()
     }
 }
 

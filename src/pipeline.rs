@@ -59,7 +59,7 @@ use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl};
 use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
 use crate::mapping::Mapper;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::telemetry::{names, stage, QueueProbe};
 use crate::write::apply::{apply_loop, ApplyOptions, ApplyStats, Pending, Writer};
 use crate::write::fence::FenceRule;
@@ -331,7 +331,11 @@ async fn run_active(
             kafka.flush(Duration::from_secs(5)).await;
             Ok(())
         }
-        None => Err(TransientError::Source("pipeline stopped".into()).into()),
+        None => Err(TransientError::Task {
+            task: "pipeline",
+            message: "every task ended without an error before a shutdown was asked for".into(),
+        }
+        .into()),
     }
 }
 

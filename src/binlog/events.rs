@@ -319,7 +319,7 @@ fn on_rows(
     let file = ctx.file.clone();
     ctx.asm
         .push_rows(&t, &file, placed.log_pos(), event.clone())
-        .map_err(|e| TransientError::Source(format!("holding the row event at {}: {e}", ctx.at(placed))))?;
+        .map_err(|e| TransientError::LocalDisk(format!("holding the row event at {}: {e}", ctx.at(placed))))?;
     Ok(None)
 }
 
@@ -372,7 +372,7 @@ fn on_xa_prepare(ctx: &mut ReadContext<'_>, placed: BinlogEventHeader, body: &[u
     let at = ctx.at(placed);
     ctx.xa
         .prepare(xid, start, rows, &ctx.spill)
-        .map_err(|e| TransientError::Source(format!("holding the XA transaction prepared at {at}: {e}")))?;
+        .map_err(|e| TransientError::LocalDisk(format!("holding the XA transaction prepared at {at}: {e}")))?;
     Ok(ctx.commit(placed))
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::error::{Error, TransientError};
 use crate::ha::lease::LeaseHolder;
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// Everything `binval status` reports.
 #[derive(Debug, Serialize)]
@@ -269,7 +269,9 @@ fn human_ms(ms: u64) -> String {
 pub async fn cli(cfg: &Config, json: bool) -> Result<(), Error> {
     let s = gather(cfg).await?;
     let out = if json { serde_json::to_string_pretty(&s).expect("serializable") + "\n" } else { render(&s) };
-    std::io::stdout().write_all(out.as_bytes()).map_err(|e| TransientError::Source(format!("writing the status: {e}")))?;
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|e| TransientError::LocalDisk(format!("writing the status to standard output: {e}")))?;
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use binval_protocol::adaptive::{heat_bucket_key, HeatReport, HEAT_BUCKETS};
 
 use crate::error::{classify_redis, Error};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 
 /// The fleet's read rates, summed per key.
 #[derive(Debug, Default, Clone)]
@@ -45,7 +45,7 @@ pub async fn read(redis: &RedisConn, now_ms: u64, max_age_ms: u64) -> Result<Fle
             let report = match HeatReport::parse(&raw) {
                 Ok(r) => r,
                 Err(reason) => {
-                    heat.bad.push((key.clone(), instance, reason));
+                    heat.bad.push((key.clone(), instance, reason.to_string()));
                     continue;
                 }
             };

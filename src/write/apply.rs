@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use crate::binlog::txn::Transaction;
 use crate::error::{Error, TransientError};
 use crate::mapping::{KeyChange, Mapper, TableNames};
-use crate::redis_conn::RedisConn;
+use crate::redis::RedisConn;
 use crate::telemetry::names;
 use crate::write::fence::FenceRule;
 use crate::write::group::{check_key_columns, decode_error, Group, KeyIndex, SMALL_TRANSACTION_BYTES};
@@ -298,7 +298,9 @@ impl Writer {
                     let mut changes = Vec::new();
                     mapper.map_rows(chunk, &mut changes);
                     index.keep_last(&mut changes, &mut seen);
-                    tx.blocking_send(changes).map_err(|_| ChunkError::Apply(TransientError::Source("apply stopped".into()).into()))
+                    tx.blocking_send(changes).map_err(|_| {
+                        ChunkError::Apply(TransientError::Task { task: "apply", message: "it no longer takes changes".into() }.into())
+                    })
                 });
                 drop(tx);
                 r
@@ -317,7 +319,10 @@ impl Writer {
                     total.deliveries = o.deliveries;
                 } else if let Some(acks) = &chunks {
                     let p = Pending { deliveries: o.deliveries, ..Pending::default() };
-                    acks.send(p).await.map_err(|_| TransientError::Source("checkpoint task stopped".into()))?;
+                    acks.send(p).await.map_err(|_| TransientError::Task {
+                        task: "checkpoint",
+                        message: "it no longer takes acknowledged positions".into(),
+                    })?;
                 }
             }
             match next {

@@ -127,7 +127,7 @@ pub fn decode_error(txn_end: &SourcePosition, e: crate::binlog::row_events::RowE
     use crate::binlog::row_events::RowEventsError;
     match e {
         RowEventsError::Decode { position, source } => DefiniteError::Decode { position, source }.into(),
-        e @ RowEventsError::Spill { .. } => crate::error::TransientError::Source(format!("transaction ending at {txn_end}: {e}")).into(),
+        e @ RowEventsError::Spill { .. } => crate::error::TransientError::LocalDisk(format!("transaction ending at {txn_end}: {e}")).into(),
     }
 }
 

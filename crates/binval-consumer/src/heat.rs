@@ -139,7 +139,7 @@ pub(crate) async fn load_hot_set(
     let (mut taken, mut bad) = (0usize, 0usize);
     for (k, v) in &entries {
         let count = match std::str::from_utf8(k) {
-            Ok(key) => parse_count(Some(v)).map(|n| (key, n)),
+            Ok(key) => parse_count(Some(v)).map(|n| (key, n)).map_err(|e| e.to_string()),
             Err(_) => Err(format!("the key is not UTF-8: {:?}", String::from_utf8_lossy(k))),
         };
         match count {

@@ -60,6 +60,7 @@
 //! spread at once. It is an index for readers only: the writer's own decisions (with their
 //! hysteresis state) live beside its lease and checkpoint.
 
+use crate::fence::FieldError;
 use serde::{Deserialize, Serialize};
 
 /// Hash field of a replica record holding the key's replica count (decimal `u32`, at least 1).
@@ -119,6 +120,23 @@ pub struct HeatReport {
     pub now: Vec<f64>,
 }
 
+/// Why bytes read from a heat hash are not a report this build reads.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HeatReportError {
+    /// Not JSON of the report's shape (a field written by something else).
+    #[error("not a heat report: {0}")]
+    NotAReport(String),
+    /// A report schema this build does not read ([`HEAT_REPORT_VERSION`] is the one it does).
+    #[error("heat report version {0} (this build reads {HEAT_REPORT_VERSION})")]
+    Version(u32),
+    /// A read rate that is negative or not finite; `recent`: in `now`, else in `keys`.
+    #[error("heat report: key {key:?} has {}read rate {rate}", if *.recent { "recent " } else { "" })]
+    Rate { key: String, rate: f64, recent: bool },
+    /// `now` does not hold one recent rate per key.
+    #[error("heat report: {recent} recent rates (`now`) for {keys} keys")]
+    RecentCount { recent: usize, keys: usize },
+}
+
 impl HeatReport {
     /// Parse a report read from a heat hash; errors name what is wrong (a field written by
     /// something else, or a newer schema).
@@ -129,19 +147,19 @@ impl HeatReport {
     /// assert_eq!(r.keys, vec![("k".to_string(), 2.5)]);
     /// assert!(HeatReport::parse(b"{}").is_err());
     /// ```
-    pub fn parse(raw: &[u8]) -> Result<Self, String> {
-        let r: HeatReport = serde_json::from_slice(raw).map_err(|e| format!("not a heat report: {e}"))?;
+    pub fn parse(raw: &[u8]) -> Result<Self, HeatReportError> {
+        let r: HeatReport = serde_json::from_slice(raw).map_err(|e| HeatReportError::NotAReport(e.to_string()))?;
         if r.v != HEAT_REPORT_VERSION {
-            return Err(format!("heat report version {} (this build reads {HEAT_REPORT_VERSION})", r.v));
+            return Err(HeatReportError::Version(r.v));
         }
         if let Some((k, rate)) = r.keys.iter().find(|(_, rate)| !rate.is_finite() || *rate < 0.0) {
-            return Err(format!("heat report: key {k:?} has read rate {rate}"));
+            return Err(HeatReportError::Rate { key: k.clone(), rate: *rate, recent: false });
         }
         if !r.now.is_empty() && r.now.len() != r.keys.len() {
-            return Err(format!("heat report: {} recent rates (`now`) for {} keys", r.now.len(), r.keys.len()));
+            return Err(HeatReportError::RecentCount { recent: r.now.len(), keys: r.keys.len() });
         }
         if let Some((i, rate)) = r.now.iter().enumerate().find(|(_, rate)| !rate.is_finite() || **rate < 0.0) {
-            return Err(format!("heat report: key {:?} has recent read rate {rate}", r.keys[i].0));
+            return Err(HeatReportError::Rate { key: r.keys[i].0.clone(), rate: *rate, recent: true });
         }
         Ok(r)
     }
@@ -167,8 +185,8 @@ impl HeatReport {
 }
 
 /// Parse a replica count as stored in field [`FIELD_COUNT`] or in the hot set (`None` = the
-/// field is absent). Errors when it is not a decimal in `1..=MAX_REPLICAS`; the message names
-/// the value.
+/// field is absent). Errors ([`FieldError::Count`]) when it is not a decimal in
+/// `1..=MAX_REPLICAS`; the error holds the value.
 ///
 /// ```
 /// use binval_protocol::adaptive::parse_count;
@@ -176,14 +194,14 @@ impl HeatReport {
 /// assert_eq!(parse_count(None), Ok(None));
 /// assert!(parse_count(Some(b"0")).is_err());
 /// ```
-pub fn parse_count(raw: Option<&[u8]>) -> Result<Option<u32>, String> {
+pub fn parse_count(raw: Option<&[u8]>) -> Result<Option<u32>, FieldError> {
     let Some(b) = raw else { return Ok(None) };
     std::str::from_utf8(b)
         .ok()
         .and_then(|s| s.parse::<u32>().ok())
         .filter(|n| (1..=MAX_REPLICAS).contains(n))
         .map(Some)
-        .ok_or_else(|| format!("replica count (field `n`) is not a decimal in 1..={MAX_REPLICAS}: {:?}", String::from_utf8_lossy(b)))
+        .ok_or_else(|| FieldError::Count(String::from_utf8_lossy(b).into_owned()))
 }
 
 /// Set the count field of an existing replica record, fenced by the fencing token.
@@ -235,11 +253,14 @@ mod tests {
     fn reports_round_trip_and_bad_ones_are_named() {
         let r = HeatReport { v: HEAT_REPORT_VERSION, at_ms: 7, keys: vec![("item:1".into(), 1e5)], now: vec![9e4] };
         assert_eq!(HeatReport::parse(r.to_json().as_bytes()).unwrap(), r);
-        assert!(HeatReport::parse(br#"{"v":2,"at_ms":1,"keys":[]}"#).unwrap_err().contains("version 2"));
-        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",-1.0]]}"#).unwrap_err().contains("\"k\""));
-        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[1.0,2.0]}"#).unwrap_err().contains("2 recent rates"));
-        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[-1.0]}"#).unwrap_err().contains("\"k\""));
-        assert!(parse_count(Some(b"65")).unwrap_err().contains("\"65\""));
+        assert!(HeatReport::parse(br#"{"v":2,"at_ms":1,"keys":[]}"#).unwrap_err().to_string().contains("version 2"));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",-1.0]]}"#).unwrap_err().to_string().contains("\"k\""));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[1.0,2.0]}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("2 recent rates"));
+        assert!(HeatReport::parse(br#"{"v":1,"at_ms":1,"keys":[["k",1.0]],"now":[-1.0]}"#).unwrap_err().to_string().contains("\"k\""));
+        assert!(parse_count(Some(b"65")).unwrap_err().to_string().contains("\"65\""));
         assert!(parse_count(Some(b"x")).is_err());
     }
 }

@@ -149,24 +149,19 @@ pub enum ReplicaRecord {
 }
 
 impl ReplicaRecord {
-    /// Interpret the `d`, `t`, `p` fields of a replica read, in that order. Errors when `p` is
-    /// present but not a decimal `u64` (the key was written by something other than binval);
-    /// the message names the value.
+    /// Interpret the `d`, `t`, `p` fields of a replica read, in that order. Errors
+    /// ([`FieldError::Position`]) when `p` is present but not a decimal `u64` (the key was
+    /// written by something other than binval); the error holds the value.
     ///
     /// ```
     /// use binval_protocol::ReplicaRecord;
     /// let r = ReplicaRecord::from_fields(Some(b"{}".to_vec()), None, Some(b"42".to_vec())).unwrap();
     /// assert_eq!(r, ReplicaRecord::Value { data: b"{}".to_vec(), position: 42 });
     /// ```
-    pub fn from_fields(data: Option<Vec<u8>>, tombstone: Option<Vec<u8>>, position: Option<Vec<u8>>) -> Result<Self, String> {
+    pub fn from_fields(data: Option<Vec<u8>>, tombstone: Option<Vec<u8>>, position: Option<Vec<u8>>) -> Result<Self, FieldError> {
         let position = match position {
             None => None,
-            Some(p) => Some(
-                std::str::from_utf8(&p)
-                    .ok()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .ok_or_else(|| format!("position (field `p`) is not a decimal integer: {:?}", String::from_utf8_lossy(&p)))?,
-            ),
+            Some(p) => Some(decimal(&p).ok_or_else(|| FieldError::Position(String::from_utf8_lossy(&p).into_owned()))?),
         };
         Ok(match (data, tombstone) {
             (Some(data), _) => ReplicaRecord::Value { data, position: position.unwrap_or(0) },
@@ -180,16 +175,41 @@ impl ReplicaRecord {
 /// replay and operators read the token; the consumer's read path does not (it caches each
 /// replica's own position).
 ///
-/// Errors when the stored string is not a decimal `u64` (the key was written by something other
-/// than binval); the message names the value.
-pub fn parse_version(raw: Option<&[u8]>) -> Result<u64, String> {
+/// Errors ([`FieldError::Version`]) when the stored string is not a decimal `u64` (the key was
+/// written by something other than binval); the error holds the value.
+///
+/// ```
+/// use binval_protocol::{parse_version, FieldError};
+/// assert_eq!(parse_version(Some(b"42")), Ok(42));
+/// assert_eq!(parse_version(None), Ok(0));
+/// assert_eq!(parse_version(Some(b"x")), Err(FieldError::Version("x".into())));
+/// ```
+pub fn parse_version(raw: Option<&[u8]>) -> Result<u64, FieldError> {
     match raw {
         None => Ok(0),
-        Some(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .ok_or_else(|| format!("version token is not a decimal integer: {:?}", String::from_utf8_lossy(b))),
+        Some(b) => decimal(b).ok_or_else(|| FieldError::Version(String::from_utf8_lossy(b).into_owned())),
     }
+}
+
+/// A value binval reads back from Redis that binval did not write (another writer shares the
+/// keyspace, or a key was edited by hand). `Display` names the field and quotes the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldError {
+    /// A replica record's fence position (field `p`) is not a decimal `u64`.
+    #[error("position (field `p`) is not a decimal integer: {0:?}")]
+    Position(String),
+    /// A version token (`K:ver`) is not a decimal `u64`.
+    #[error("version token is not a decimal integer: {0:?}")]
+    Version(String),
+    /// A replica count (field `n`, or a hot set entry) is not a decimal in
+    /// `1..=`[`crate::adaptive::MAX_REPLICAS`].
+    #[error("replica count (field `n`) is not a decimal in 1..={max}: {0:?}", max = crate::adaptive::MAX_REPLICAS)]
+    Count(String),
+}
+
+/// `raw` as a decimal `u64`, if it is one.
+fn decimal(raw: &[u8]) -> Option<u64> {
+    std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
 /// Lua helper shared by the scripts: numeric comparison of two decimal strings without leading
@@ -338,9 +358,9 @@ mod tests {
         assert_eq!(ReplicaRecord::from_fields(None, p("1"), p("9")), Ok(ReplicaRecord::Deleted { position: 9 }));
         assert_eq!(ReplicaRecord::from_fields(p("{}"), None, p("10")), Ok(ReplicaRecord::Value { data: b"{}".to_vec(), position: 10 }));
         assert_eq!(ReplicaRecord::from_fields(p("{}"), None, None), Ok(ReplicaRecord::Value { data: b"{}".to_vec(), position: 0 }));
-        assert!(ReplicaRecord::from_fields(p("{}"), None, p("x")).unwrap_err().contains("\"x\""));
+        assert!(ReplicaRecord::from_fields(p("{}"), None, p("x")).unwrap_err().to_string().contains("\"x\""));
         assert_eq!(parse_version(None), Ok(0));
         assert_eq!(parse_version(Some(b"18446744073709551615")), Ok(u64::MAX));
-        assert!(parse_version(Some(b"x")).unwrap_err().contains("\"x\""));
+        assert!(parse_version(Some(b"x")).unwrap_err().to_string().contains("\"x\""));
     }
 }
