@@ -60,6 +60,7 @@
 //! read thousands of times a second, so the estimate barely moves; a key read a handful of
 //! times may be missed, which is fine: it is not hot). `sample_every = 1` counts every read.
 
+use crate::metric_names;
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -358,17 +359,17 @@ impl HotKeys {
         let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
         for old in published.iter() {
             if !top.iter().any(|h| &h.key == old) {
-                metrics::gauge!("binval_consumer_hot_key_reads_per_sec", "key" => old.clone()).set(0.0);
+                metrics::gauge!(metric_names::HOT_KEY_READS_PER_SEC, "key" => old.clone()).set(0.0);
             }
         }
         for h in &top {
-            metrics::gauge!("binval_consumer_hot_key_reads_per_sec", "key" => h.key.clone()).set(h.reads_per_sec);
+            metrics::gauge!(metric_names::HOT_KEY_READS_PER_SEC, "key" => h.key.clone()).set(h.reads_per_sec);
         }
-        metrics::gauge!("binval_consumer_hot_keys").set(top.iter().filter(|h| h.hot).count() as f64);
+        metrics::gauge!(metric_names::HOT_KEYS).set(top.iter().filter(|h| h.hot).count() as f64);
         // The bounded view (K series whatever the churn): the rate at each rank of the top K.
         for rank in 0..self.s.top_k {
             let rate = top.get(rank).map(|h| h.reads_per_sec).unwrap_or(0.0);
-            metrics::gauge!("binval_consumer_hot_key_rank_reads_per_sec", "rank" => (rank + 1).to_string()).set(rate);
+            metrics::gauge!(metric_names::HOT_KEY_RANK_READS_PER_SEC, "rank" => (rank + 1).to_string()).set(rate);
         }
         *published = top.iter().map(|h| h.key.clone()).collect();
         top

@@ -681,6 +681,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The names are constants of [`metric_names`] (declared once; a test keeps this table and
+//! them the same).
+//!
 //! | metric | kind | meaning |
 //! |---|---|---|
 //! | `binval_consumer_hits_total` | counter | `get` served from the local cache |
@@ -762,6 +765,7 @@ mod hot;
 mod listener;
 mod loader;
 mod masters;
+pub mod metric_names;
 mod read;
 mod redis_conn;
 mod single_flight;

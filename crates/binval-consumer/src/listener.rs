@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 
 use crate::error::ConsumerError;
 use crate::fail_safe::{self, FromChecker, Pending, Recorded};
+use crate::metric_names;
 use crate::state::{BatchScratch, Shared};
 
 /// The longest wait of one `poll` for the first message of a batch. A message that arrives
@@ -446,7 +447,7 @@ impl<'a> Listener<'a> {
                 Ok(FromChecker::Observed(o)) => {
                     for (&p, &high) in &o.highs {
                         let next = self.next_offset.get(&p).copied().unwrap_or(high);
-                        metrics::gauge!("binval_consumer_partition_lag_messages", "partition" => p.to_string())
+                        metrics::gauge!(metric_names::PARTITION_LAG_MESSAGES, "partition" => p.to_string())
                             .set((high - next).max(0) as f64);
                     }
                     self.pending.push(o)

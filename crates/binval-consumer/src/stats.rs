@@ -2,6 +2,7 @@
 //! facade so any installed recorder (Prometheus exporter, …) sees them too. The metric names
 //! and their meaning are listed in the crate docs, "Metrics".
 
+use crate::metric_names;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Suggested histogram buckets per histogram of this crate (`(metric name, upper bounds)`),
@@ -17,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// let handle = b.install_recorder().unwrap(); // before Consumer::build()
 /// ```
 pub const HISTOGRAM_BUCKETS: &[(&str, &[f64])] = &[(
-    "binval_consumer_invalidation_lag_ms",
+    metric_names::INVALIDATION_LAG_MS,
     &[1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 30000.0],
 )];
 
@@ -227,7 +228,7 @@ struct HitMetric(metrics::Counter);
 
 impl Default for HitMetric {
     fn default() -> Self {
-        HitMetric(metrics::counter!("binval_consumer_hits_total"))
+        HitMetric(metrics::counter!(metric_names::HITS_TOTAL))
     }
 }
 
@@ -246,9 +247,9 @@ struct ConsistencyMetrics {
 
 impl Default for ConsistencyMetrics {
     fn default() -> Self {
-        let timed = metrics::counter!("binval_consumer_timed_invalidations_total");
+        let timed = metrics::counter!(metric_names::TIMED_INVALIDATIONS_TOTAL);
         timed.increment(0);
-        let within = WITHIN_LABELS.map(|w| metrics::counter!("binval_consumer_applied_within_total", "within_ms" => w));
+        let within = WITHIN_LABELS.map(|w| metrics::counter!(metric_names::APPLIED_WITHIN_TOTAL, "within_ms" => w));
         within.iter().for_each(|c| c.increment(0));
         ConsistencyMetrics { timed, within }
     }
@@ -261,7 +262,7 @@ impl std::fmt::Debug for ConsistencyMetrics {
 }
 
 macro_rules! bump {
-    ($fn:ident, $field:ident, $name:literal) => {
+    ($fn:ident, $field:ident, $name:expr) => {
         #[inline]
         pub(crate) fn $fn(&self) {
             self.$field.fetch_add(1, Relaxed);
@@ -273,32 +274,32 @@ macro_rules! bump {
 /// Every counter of [`Counters`], registered at 0 when the consumer is built so that `rate()`
 /// and alerts see 0 rather than nothing before the first event of each kind.
 const COUNTER_NAMES: &[&str] = &[
-    "binval_consumer_hits_total",
-    "binval_consumer_misses_total",
-    "binval_consumer_bypass_reads_total",
-    "binval_consumer_fills_total",
-    "binval_consumer_missing_total",
-    "binval_consumer_negative_hits_total",
-    "binval_consumer_fills_refused_total",
-    "binval_consumer_events_total",
-    "binval_consumer_evictions_total",
-    "binval_consumer_bad_messages_total",
-    "binval_consumer_coalesced_total",
-    "binval_consumer_limiter_rejections_total",
-    "binval_consumer_stale_served_total",
-    "binval_consumer_uncached_reads_total",
-    "binval_consumer_tombstones_total",
-    "binval_consumer_loader_fills_total",
-    "binval_consumer_loader_errors_total",
-    "binval_consumer_refreshes_total",
-    "binval_consumer_capacity_evictions_total",
-    "binval_consumer_expirations_total",
-    "binval_consumer_progress_messages_total",
-    "binval_consumer_replica_read_timeouts_total",
-    "binval_consumer_messages_total",
-    "binval_consumer_message_bytes_total",
-    "binval_consumer_replica_zero_fallbacks_total",
-    "binval_consumer_hot_set_load_failures_total",
+    metric_names::HITS_TOTAL,
+    metric_names::MISSES_TOTAL,
+    metric_names::BYPASS_READS_TOTAL,
+    metric_names::FILLS_TOTAL,
+    metric_names::MISSING_TOTAL,
+    metric_names::NEGATIVE_HITS_TOTAL,
+    metric_names::FILLS_REFUSED_TOTAL,
+    metric_names::EVENTS_TOTAL,
+    metric_names::EVICTIONS_TOTAL,
+    metric_names::BAD_MESSAGES_TOTAL,
+    metric_names::COALESCED_TOTAL,
+    metric_names::LIMITER_REJECTIONS_TOTAL,
+    metric_names::STALE_SERVED_TOTAL,
+    metric_names::UNCACHED_READS_TOTAL,
+    metric_names::TOMBSTONES_TOTAL,
+    metric_names::LOADER_FILLS_TOTAL,
+    metric_names::LOADER_ERRORS_TOTAL,
+    metric_names::REFRESHES_TOTAL,
+    metric_names::CAPACITY_EVICTIONS_TOTAL,
+    metric_names::EXPIRATIONS_TOTAL,
+    metric_names::PROGRESS_MESSAGES_TOTAL,
+    metric_names::REPLICA_READ_TIMEOUTS_TOTAL,
+    metric_names::MESSAGES_TOTAL,
+    metric_names::MESSAGE_BYTES_TOTAL,
+    metric_names::REPLICA_ZERO_FALLBACKS_TOTAL,
+    metric_names::HOT_SET_LOAD_FAILURES_TOTAL,
 ];
 
 impl Counters {
@@ -308,10 +309,10 @@ impl Counters {
             metrics::counter!(*name).increment(0);
         }
         for outcome in ["refused", "flagged", "loaded"] {
-            metrics::counter!("binval_consumer_source_behind_reads_total", "outcome" => outcome).increment(0);
+            metrics::counter!(metric_names::SOURCE_BEHIND_READS_TOTAL, "outcome" => outcome).increment(0);
         }
         for outcome in ["sent", "failed"] {
-            metrics::counter!("binval_consumer_heat_reports_total", "outcome" => outcome).increment(0);
+            metrics::counter!(metric_names::HEAT_REPORTS_TOTAL, "outcome" => outcome).increment(0);
         }
         Counters::default()
     }
@@ -321,47 +322,47 @@ impl Counters {
         self.hits.fetch_add(1, Relaxed);
         self.hit_metric.0.increment(1);
     }
-    bump!(miss, misses, "binval_consumer_misses_total");
-    bump!(bypass_read, bypass_reads, "binval_consumer_bypass_reads_total");
-    bump!(fill, fills, "binval_consumer_fills_total");
-    bump!(missing, missing, "binval_consumer_missing_total");
+    bump!(miss, misses, metric_names::MISSES_TOTAL);
+    bump!(bypass_read, bypass_reads, metric_names::BYPASS_READS_TOTAL);
+    bump!(fill, fills, metric_names::FILLS_TOTAL);
+    bump!(missing, missing, metric_names::MISSING_TOTAL);
 
     /// One Redis read of a fill (the per-master metric is counted where the read is sent).
     #[inline]
     pub(crate) fn redis_read(&self) {
         self.redis_reads.fetch_add(1, Relaxed);
     }
-    bump!(negative_hit, negative_hits, "binval_consumer_negative_hits_total");
-    bump!(fill_refused, fills_refused, "binval_consumer_fills_refused_total");
-    bump!(bad_message, bad_messages, "binval_consumer_bad_messages_total");
-    bump!(coalesced, coalesced, "binval_consumer_coalesced_total");
-    bump!(limiter_rejection, limiter_rejections, "binval_consumer_limiter_rejections_total");
-    bump!(stale_served, stale_served, "binval_consumer_stale_served_total");
-    bump!(uncached_read, uncached_reads, "binval_consumer_uncached_reads_total");
-    bump!(tombstone, tombstones, "binval_consumer_tombstones_total");
-    bump!(loader_fill, loader_fills, "binval_consumer_loader_fills_total");
-    bump!(loader_error, loader_errors, "binval_consumer_loader_errors_total");
-    bump!(refresh, refreshes, "binval_consumer_refreshes_total");
-    bump!(capacity_eviction, capacity_evictions, "binval_consumer_capacity_evictions_total");
-    bump!(expiration, expirations, "binval_consumer_expirations_total");
-    bump!(fail_safe_engaged, fail_safe_engaged, "binval_consumer_fail_safe_engaged_total");
-    bump!(listener_rebuild, listener_rebuilds, "binval_consumer_listener_rebuilds_total");
-    bump!(stream_gap, stream_gaps, "binval_consumer_stream_gaps_total");
-    bump!(progress_message, progress_messages, "binval_consumer_progress_messages_total");
-    bump!(replica_read_timeout, replica_read_timeouts, "binval_consumer_replica_read_timeouts_total");
-    bump!(replica_zero_fallback, replica_zero_fallbacks, "binval_consumer_replica_zero_fallbacks_total");
-    bump!(hot_set_load_failure, hot_set_load_failures, "binval_consumer_hot_set_load_failures_total");
+    bump!(negative_hit, negative_hits, metric_names::NEGATIVE_HITS_TOTAL);
+    bump!(fill_refused, fills_refused, metric_names::FILLS_REFUSED_TOTAL);
+    bump!(bad_message, bad_messages, metric_names::BAD_MESSAGES_TOTAL);
+    bump!(coalesced, coalesced, metric_names::COALESCED_TOTAL);
+    bump!(limiter_rejection, limiter_rejections, metric_names::LIMITER_REJECTIONS_TOTAL);
+    bump!(stale_served, stale_served, metric_names::STALE_SERVED_TOTAL);
+    bump!(uncached_read, uncached_reads, metric_names::UNCACHED_READS_TOTAL);
+    bump!(tombstone, tombstones, metric_names::TOMBSTONES_TOTAL);
+    bump!(loader_fill, loader_fills, metric_names::LOADER_FILLS_TOTAL);
+    bump!(loader_error, loader_errors, metric_names::LOADER_ERRORS_TOTAL);
+    bump!(refresh, refreshes, metric_names::REFRESHES_TOTAL);
+    bump!(capacity_eviction, capacity_evictions, metric_names::CAPACITY_EVICTIONS_TOTAL);
+    bump!(expiration, expirations, metric_names::EXPIRATIONS_TOTAL);
+    bump!(fail_safe_engaged, fail_safe_engaged, metric_names::FAIL_SAFE_ENGAGED_TOTAL);
+    bump!(listener_rebuild, listener_rebuilds, metric_names::LISTENER_REBUILDS_TOTAL);
+    bump!(stream_gap, stream_gaps, metric_names::STREAM_GAPS_TOTAL);
+    bump!(progress_message, progress_messages, metric_names::PROGRESS_MESSAGES_TOTAL);
+    bump!(replica_read_timeout, replica_read_timeouts, metric_names::REPLICA_READ_TIMEOUTS_TOTAL);
+    bump!(replica_zero_fallback, replica_zero_fallbacks, metric_names::REPLICA_ZERO_FALLBACKS_TOTAL);
+    bump!(hot_set_load_failure, hot_set_load_failures, metric_names::HOT_SET_LOAD_FAILURES_TOTAL);
 
     /// A heat report written (`sent`) or not (`failed`).
     pub(crate) fn heat_report(&self, sent: bool) {
         let (field, outcome) = if sent { (&self.heat_reports_sent, "sent") } else { (&self.heat_reports_failed, "failed") };
         field.fetch_add(1, Relaxed);
-        metrics::counter!("binval_consumer_heat_reports_total", "outcome" => outcome).increment(1);
+        metrics::counter!(metric_names::HEAT_REPORTS_TOTAL, "outcome" => outcome).increment(1);
     }
 
     /// The number of learned replica counts (gauge `binval_consumer_learned_counts`).
     pub(crate) fn learned_counts(&self, entries: u64) {
-        metrics::gauge!("binval_consumer_learned_counts").set(entries as f64);
+        metrics::gauge!(metric_names::LEARNED_COUNTS).set(entries as f64);
     }
 
     /// A `get` the source side's lag decided: `outcome` is `refused`, `flagged` or `loaded`.
@@ -372,15 +373,15 @@ impl Counters {
             _ => &self.source_behind_loaded,
         };
         field.fetch_add(1, Relaxed);
-        metrics::counter!("binval_consumer_source_behind_reads_total", "outcome" => outcome).increment(1);
+        metrics::counter!(metric_names::SOURCE_BEHIND_READS_TOTAL, "outcome" => outcome).increment(1);
     }
 
     /// A batch of `events` applied by the listener, `evictions` of which removed an entry.
     pub(crate) fn events(&self, events: u64, evictions: u64) {
         self.events.fetch_add(events, Relaxed);
         self.evictions.fetch_add(evictions, Relaxed);
-        metrics::counter!("binval_consumer_events_total").increment(events);
-        metrics::counter!("binval_consumer_evictions_total").increment(evictions);
+        metrics::counter!(metric_names::EVENTS_TOTAL).increment(events);
+        metrics::counter!(metric_names::EVICTIONS_TOTAL).increment(evictions);
     }
 
     /// One poll batch of the listener: `messages` topic messages of `bytes` payload bytes.
@@ -390,8 +391,8 @@ impl Counters {
         }
         self.messages.fetch_add(messages, Relaxed);
         self.message_bytes.fetch_add(bytes, Relaxed);
-        metrics::counter!("binval_consumer_messages_total").increment(messages);
-        metrics::counter!("binval_consumer_message_bytes_total").increment(bytes);
+        metrics::counter!(metric_names::MESSAGES_TOTAL).increment(messages);
+        metrics::counter!(metric_names::MESSAGE_BYTES_TOTAL).increment(bytes);
     }
 
     /// Lag of one applied event, from its commit and from its publish (Unix ms).
@@ -402,13 +403,13 @@ impl Counters {
     /// [`Counters::lag`] for `count` changes with the same commit and publish times. A commit
     /// time of 0 (unknown) counts in neither the commit lag nor the consistency shares.
     pub(crate) fn lag_many(&self, applied_ms: u64, commit_ms: u64, publish_ms: u64, count: usize) {
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "publish")
+        metrics::histogram!(metric_names::INVALIDATION_LAG_MS, "from" => "publish")
             .record_many(applied_ms.saturating_sub(publish_ms) as f64, count);
         if commit_ms == 0 {
             return;
         }
         let lag = applied_ms.saturating_sub(commit_ms);
-        metrics::histogram!("binval_consumer_invalidation_lag_ms", "from" => "commit").record_many(lag as f64, count);
+        metrics::histogram!(metric_names::INVALIDATION_LAG_MS, "from" => "commit").record_many(lag as f64, count);
         let n = count as u64;
         self.timed_invalidations.fetch_add(n, Relaxed);
         self.consistency_metrics.timed.increment(n);
@@ -422,16 +423,16 @@ impl Counters {
 
     /// The fail safe's lag: time since the newest watermark observation the listener reached.
     pub(crate) fn stream_lag(&self, lag: std::time::Duration) {
-        metrics::gauge!("binval_consumer_stream_lag_ms").set(lag.as_secs_f64() * 1e3);
+        metrics::gauge!(metric_names::STREAM_LAG_MS).set(lag.as_secs_f64() * 1e3);
     }
 
     /// The source lag: worst progress `lag_ms` + time since it was received.
     pub(crate) fn source_lag(&self, lag: std::time::Duration) {
-        metrics::gauge!("binval_consumer_source_lag_ms").set(lag.as_secs_f64() * 1e3);
+        metrics::gauge!(metric_names::SOURCE_LAG_MS).set(lag.as_secs_f64() * 1e3);
     }
 
     pub(crate) fn serving_local(&self, on: bool) {
-        metrics::gauge!("binval_consumer_serving_local").set(if on { 1.0 } else { 0.0 });
+        metrics::gauge!(metric_names::SERVING_LOCAL).set(if on { 1.0 } else { 0.0 });
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
