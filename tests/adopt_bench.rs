@@ -58,7 +58,7 @@ fn bootstrap_and_verify_rates_on_a_million_rows() {
     )));
     println!("{rows} rows inserted in {:.1} s", t0.elapsed().as_secs_f64());
     let start = rt.block_on(env.binlog_now());
-    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let mapping = items_mapping!(4);
     let cfg = env.write_config(&env.config_toml(&start, mapping)).to_string_lossy().to_string();
 
     let (code, s, rss, took) = timed(&["bootstrap", "--config", &cfg, "--quiet"]);

@@ -18,7 +18,7 @@ use rdkafka::Message;
 use tokio::sync::broadcast;
 
 const ITEMS: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))";
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+const MAPPING: &str = items_mapping!(4);
 
 /// The test's config with `kafka.event_format = format`.
 fn config(env: &Env, start: &str, format: &str) -> binval::config::Config {

@@ -26,7 +26,7 @@ fn run_to_end(args: &[&str], cfg: &std::path::Path) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+const MAPPING: &str = items_mapping!(2);
 
 #[test]
 fn bad_config_names_the_field() {

@@ -1,8 +1,10 @@
 //! The docs checked against the code, without any service: the metrics table of
-//! docs/operating.md names exactly the metrics `src/telemetry.rs` declares, its alerts table
-//! exactly the alerts of the rule files under deploy/, the README stays a short front door
-//! whose Quick start holds its two commands, and every relative link of README.md and
-//! docs/*.md points at a file that exists.
+//! docs/operating.md names exactly the metrics `src/telemetry` declares, its alerts table
+//! exactly the alerts of the rule files under deploy/; docs/cli.md names exactly the flags each
+//! command's `--help` lists; docs/configuration.md's tables name exactly the keys of
+//! `schemas/config.schema.json`, which holds every key of `config/binval.example.toml`; the
+//! README stays a short front door whose Quick start holds its two commands, and every
+//! relative link of README.md and docs/*.md points at a file that exists.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -169,4 +171,162 @@ fn every_relative_link_of_the_readme_and_docs_points_at_a_file() {
     }
     assert!(checked > 0, "no relative link found in README.md and docs/*.md");
     assert!(broken.is_empty(), "links to files that do not exist:\n{}", broken.join("\n"));
+}
+
+/// The `--long` flags named in `text` (`--dry-run`, `--from`...), without `--help`/`--version`.
+fn long_flags(text: &str) -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("--") {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + 2..];
+        let name: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-').collect();
+        let word_start = before.is_none_or(|c| !c.is_alphanumeric() && c != '-');
+        if word_start
+            && name.len() > 1
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && !["help", "version"].contains(&name.as_str())
+        {
+            flags.insert(format!("--{}", name.trim_end_matches('-')));
+        }
+    }
+    flags
+}
+
+/// `binval ARGS` run, its standard output.
+fn binval(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_binval")).args(args).output().expect("binval runs");
+    assert!(out.status.success(), "binval {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("help is UTF-8")
+}
+
+/// The sections `` ## `binval NAME` `` of docs/cli.md: name -> text.
+fn cli_sections(doc: &str) -> Vec<(String, String)> {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in doc.lines() {
+        if let Some(name) = line.strip_prefix("## `binval ").and_then(|r| r.strip_suffix('`')) {
+            sections.push((name.to_string(), String::new()));
+        } else if line.starts_with("## ") {
+            sections.push((String::new(), String::new()));
+        } else if let Some((_, text)) = sections.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    sections.retain(|(name, _)| !name.is_empty());
+    sections
+}
+
+#[test]
+fn the_cli_reference_names_every_flag_of_every_command() {
+    let top = binval(&["--help"]);
+    let commands: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_string)
+        .collect();
+    assert!(commands.len() >= 9, "binval --help lists its commands: {commands:?}");
+    let doc = read(&root().join("docs/cli.md"));
+    let sections = cli_sections(&doc);
+    let documented: Vec<&String> = sections.iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        documented.iter().copied().collect::<BTreeSet<_>>(),
+        commands.iter().collect::<BTreeSet<_>>(),
+        "docs/cli.md has one `## `binval NAME`` section per command of `binval --help`"
+    );
+    // `--config` and `--log-format` are described once, above the sections.
+    let shared: BTreeSet<String> = ["--config", "--log-format"].map(String::from).into();
+    for (name, text) in &sections {
+        let help: BTreeSet<String> = long_flags(&binval(&[name, "--help"])).difference(&shared).cloned().collect();
+        let docs: BTreeSet<String> = long_flags(text).difference(&shared).cloned().collect();
+        assert_same(&format!("flags of `binval {name} --help` against its section of docs/cli.md"), &help, &docs);
+    }
+}
+
+/// The keys of each section of `schemas/config.schema.json`: `source`, `source.tls`,
+/// `mappings`, ... -> key names (arrays of tables by their item's keys; `tls` by the shared
+/// definition).
+fn schema_sections() -> Vec<(String, BTreeSet<String>)> {
+    let schema: serde_json::Value = serde_json::from_str(&read(&root().join("schemas/config.schema.json"))).expect("the schema is JSON");
+    let tls: BTreeSet<String> = schema["$defs"]["tls"]["properties"].as_object().expect("$defs.tls").keys().cloned().collect();
+    let mut out = Vec::new();
+    for (section, v) in schema["properties"].as_object().expect("top-level properties") {
+        let props = v.get("properties").or_else(|| v.get("items").and_then(|i| i.get("properties")));
+        let Some(props) = props.and_then(|p| p.as_object()) else { continue };
+        out.push((section.clone(), props.keys().cloned().collect()));
+        for (key, sub) in props {
+            if sub.get("$ref").and_then(|r| r.as_str()) == Some("#/$defs/tls") {
+                out.push((format!("{section}.{key}"), tls.clone()));
+            } else if let Some(nested) = sub.get("properties").or_else(|| sub.get("items").and_then(|i| i.get("properties"))) {
+                out.push((format!("{section}.{key}"), nested.as_object().expect("properties").keys().cloned().collect()));
+            }
+        }
+    }
+    out
+}
+
+/// The key columns of the tables of docs/configuration.md, per heading: the heading's text
+/// (`` ## `[source]` ``) -> the `` | `key` | `` rows under it.
+fn config_doc_tables() -> Vec<(String, BTreeSet<String>)> {
+    let doc = read(&root().join("docs/configuration.md"));
+    let mut out: Vec<(String, BTreeSet<String>)> = Vec::new();
+    for line in doc.lines() {
+        if line.starts_with("## ") {
+            out.push((line.to_string(), BTreeSet::new()));
+        } else if let (Some(name), Some((_, keys))) = (line.strip_prefix("| `").and_then(|r| r.split('`').next()), out.last_mut()) {
+            keys.insert(name.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_configuration_reference_names_every_key_of_the_schema() {
+    let tables = config_doc_tables();
+    let tls_heading = tables.iter().find(|(h, _)| h.starts_with("## TLS")).map(|(_, k)| k.clone()).expect("a TLS section");
+    let mut checked = 0;
+    for (section, keys) in schema_sections() {
+        let documented = if section.ends_with(".tls") {
+            tls_heading.clone()
+        } else {
+            let heading = [format!("## `[{section}]`"), format!("## `[[{section}]]`")];
+            match tables.iter().find(|(h, _)| heading.contains(h)) {
+                Some((_, k)) => k.clone(),
+                // A nested table without a heading of its own (`kafka.sasl`, `adaptive.pin`):
+                // its keys are described in its parent's section.
+                None => continue,
+            }
+        };
+        assert_same(&format!("keys of `{section}` in the schema against docs/configuration.md"), &keys, &documented);
+        checked += 1;
+    }
+    assert!(checked >= 9, "only {checked} sections compared");
+}
+
+#[test]
+fn the_schema_holds_every_key_of_the_example_config() {
+    let sections: std::collections::BTreeMap<String, BTreeSet<String>> = schema_sections().into_iter().collect();
+    let example = read(&root().join("config/binval.example.toml"));
+    let mut section = String::new();
+    let mut unknown = Vec::new();
+    for line in example.lines() {
+        // Commented-out settings (`# key = value`) are keys too.
+        let line = line.trim().trim_start_matches('#').trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            section = name.trim_matches(['[', ']']).to_string();
+            continue;
+        }
+        let Some((key, _)) = line.split_once(" = ") else { continue };
+        if !key.chars().all(|c| c.is_ascii_lowercase() || c == '_') || section == "kafka.properties" {
+            continue;
+        }
+        if !sections.get(&section).is_some_and(|keys| keys.contains(key)) {
+            unknown.push(format!("[{section}] {key}"));
+        }
+    }
+    assert!(unknown.is_empty(), "config/binval.example.toml has keys schemas/config.schema.json lacks: {unknown:?}");
 }

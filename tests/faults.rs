@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use binval::config::Config;
 use pipeline_env::*;
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+const MAPPING: &str = items_mapping!(2);
 const DOWN: Duration = Duration::from_secs(10);
 
 fn block<T>(f: impl FnOnce() -> T) -> T {
@@ -55,7 +55,7 @@ fn client(urls: Vec<String>) -> RedisClient {
 }
 
 async fn seed(env: &Env) {
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)").await;
+    env.exec(pipeline_env::items::ID_COUNTER).await;
 }
 
 fn check_redis(r: &mut RedisClient, env: &Env, writes: &[(u32, u64, i64)]) {
@@ -331,7 +331,7 @@ async fn a_frozen_broker_does_not_stop_the_redis_writes() {
 /// there see fresh values. After it thaws everything converges and every event is published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_holds_back_only_what_must_wait_for_it() {
-    const MAPPING8: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 8\n";
+    const MAPPING8: &str = items_mapping!(8);
     let cluster = block(tk::OwnedCluster::start_new).unwrap();
     let env = Env::new("masterfrozen", RedisKind::Cluster);
     seed(&env).await;

@@ -48,7 +48,7 @@ fn a_huge_transaction_is_applied_whole_in_bounded_memory() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT, pad VARCHAR(40))"));
     let start = rt.block_on(env.binlog_now());
-    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+    let mapping = items_mapping!(2);
     let dir = tk::state_root().join("configs");
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join(format!("{}.toml", env.prefix));

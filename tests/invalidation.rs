@@ -34,7 +34,7 @@ async fn two_instances_evict(kind: RedisKind) {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))").await;
     env.exec("INSERT INTO items VALUES (7, 'lamp', 19.99)").await;
     let start = env.binlog_now().await;
-    let run = pipeline_env::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n"));
+    let run = pipeline_env::start(env.config(&start, items_mapping!(4)));
     let key = format!("{}:item:7", env.prefix);
     // Seed the replicas through binval itself. Its event (version v1) may still reach the apps
     // after they start; only the v2 notice counts below.
@@ -108,7 +108,7 @@ async fn republish_makes_an_instance_that_missed_an_event_evict() {
     let env = Env::new("republish", RedisKind::Standalone);
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50), price DECIMAL(8,2))").await;
     let start = env.binlog_now().await;
-    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let mapping = items_mapping!(4);
     let run = pipeline_env::start(env.config(&start, mapping));
     let key = format!("{}:item:7", env.prefix);
     let v1 = env.exec_v("INSERT INTO items VALUES (7, 'lamp', 19.99)").await;
@@ -173,7 +173,7 @@ async fn republish_makes_an_instance_that_missed_an_event_evict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncate_evicts_every_key_of_the_table() {
     let env = Env::new("trunc", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(50))").await;
     let start = env.binlog_now().await;
     let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n\n[[mappings]]\ntable = \"{db}.tags\"\nkeys = [\"{p}:tag:{id}\"]\nreplicas = 4\n";
@@ -362,9 +362,9 @@ async fn a_hung_broker_makes_the_app_bypass_its_cache_within_the_bound() {
     let broker = tk::OwnedBroker::start_new().unwrap();
     let env = Env::new("hung", RedisKind::Standalone);
     broker.create_topic(&env.topic, 3).unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    env.exec(pipeline_env::items::ID_V).await;
     let start = env.binlog_now().await;
-    let mapping = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 4\n";
+    let mapping = items_mapping!(4);
     let text = env
         .config_toml(&start, mapping)
         .replace(&format!("brokers = \"{}\"", tk::broker().bootstrap()), &format!("brokers = \"{}\"", broker.bootstrap()));

@@ -13,7 +13,7 @@ use std::time::Instant;
 use binval::config::Config;
 use pipeline_env::*;
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+const MAPPING: &str = items_mapping!(2);
 
 /// A produce error retrying cannot fix (here the broker's ACLs refuse the topic, injected on
 /// librdkafka's mock cluster) stops `binval run` with a definite error naming key and topic,
@@ -26,7 +26,7 @@ async fn a_definite_kafka_error_stops_run_naming_key_and_topic() {
     let mock = MockCluster::new(1).unwrap();
     let env = Env::new("kafkarefused", RedisKind::Standalone);
     mock.create_topic(&env.topic, 3, 1).unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)").await;
+    env.exec(pipeline_env::items::ID_COUNTER).await;
     let start = env.binlog_now().await;
     let text = env
         .config_toml(&start, MAPPING)

@@ -142,7 +142,7 @@ async fn dashboards_and_alerts_select_live_series_and_probes_follow_the_lease() 
     let app_metrics = b.install_recorder().unwrap();
 
     let env = Env::new("operate", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     env.exec("INSERT INTO items VALUES (1, 'lamp'), (2, 'desk')").await;
     let start = env.binlog_now().await;
 

@@ -6,15 +6,12 @@ mod pipeline_env;
 use std::time::{Duration, Instant};
 
 use binval_protocol::Op;
+use pipeline_env::items::mapping as items_mapping;
 use pipeline_env::*;
 use serde_json::json;
 
 const ITEMS: &str =
     "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100), price DECIMAL(10,2), stock MEDIUMINT, updated DATETIME(3), note TEXT)";
-
-fn items_mapping(replicas: u32) -> String {
-    format!("[[mappings]]\ntable = \"{{db}}.items\"\nkeys = [\"{{p}}:item:{{id}}\"]\nreplicas = {replicas}\n")
-}
 
 fn block<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
@@ -320,6 +317,12 @@ async fn rename_of_a_mapped_table_is_followed_across_restarts() {
     let cp: serde_json::Value =
         serde_json::from_str(&block(|| r.get(&format!("binval:{{{}}}:checkpoint", env.source_name))).unwrap()).unwrap();
     assert_eq!(cp["renamed"][format!("{}.goods", env.db)], json!(format!("{}.items", env.db)), "{cp}");
+    // `check` reads the renames of the checkpoint as `run` does: the mapping of `items` is
+    // checked against `goods` (it used to be refused: no table `items`).
+    let config = env.write_config(&env.config_toml(&start, &mapping));
+    let (code, out, err) = block(|| binval_cli(&["check", "--config", config.to_str().unwrap()], &[]));
+    assert_eq!(code, 0, "check with a followed rename: {out}{err}");
+    assert!(!out.contains("mapping problem"), "{out}");
 
     // After a restart (from the checkpoint) the new name is still followed; a new table under
     // the old name is not mapped any more.

@@ -76,9 +76,9 @@ fn order(p: &SourcePosition) -> (u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_reaches_every_partition_and_follows_the_writes() {
     let env = Env::new("progress", RedisKind::Standalone);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     let start = env.binlog_now().await;
-    let cfg = env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n");
+    let cfg = env.config(&start, items_mapping!(2));
     assert_eq!(cfg.kafka.progress_interval_ms, 200, "the default");
     let run = pipeline_env::start(cfg);
     let reader = Reader::new(&env.topic);
@@ -192,10 +192,10 @@ async fn a_frozen_broker_holds_back_at_most_one_round() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_binval_makes_an_app_instance_read_its_loader() {
     let env = Env::new("progress_frozen", RedisKind::Standalone);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))").await;
+    env.exec(pipeline_env::items::ID_TITLE).await;
     env.exec("INSERT INTO items VALUES (7, 'lamp')").await;
     let start = env.binlog_now().await;
-    let text = env.config_toml(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n");
+    let text = env.config_toml(&start, items_mapping!(2));
     let path = env.write_config(&text);
     let log = tk::state_root().join(format!("{}.log", env.prefix));
     let mut child = Command::new(env!("CARGO_BIN_EXE_binval"))
@@ -280,7 +280,7 @@ async fn a_busy_source_keeps_app_instances_serving_locally() {
     env.exec("CREATE TABLE items (id INT PRIMARY KEY, n INT)").await;
     env.exec("INSERT INTO items VALUES (1, 0), (2, 0)").await;
     let start = env.binlog_now().await;
-    let run = pipeline_env::start(env.config(&start, "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n"));
+    let run = pipeline_env::start(env.config(&start, items_mapping!(2)));
     let app = binval_consumer::Consumer::builder()
         .brokers(tk::broker().bootstrap())
         .topic(env.topic.clone())

@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 const REPLICAS: u32 = 3;
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n";
+const MAPPING: &str = items_mapping!(3);
 
 /// A config like `Env::config_toml`, with the Redis section and the topic given, and a short
 /// lease (takeovers within ~2 s).
@@ -311,7 +311,7 @@ enum Loss {
 async fn a_master_loses_its_data_under_writes(loss: Loss) {
     let env = Env::new(&format!("recover_{}", matches!(loss, Loss::FlushCheckpointMaster) as u8), RedisKind::Standalone);
     let mut cluster = tk::OwnedCluster::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let start = env.binlog_now().await;
     let text = config_text(&env, "current", &cluster_section(&cluster), &tk::broker().bootstrap(), &env.topic);
     let cfg = write_file(&env, "binval.toml", &text);
@@ -471,7 +471,7 @@ async fn another_master_restarted_empty_under_writes_the_runbook_restores_every_
 async fn standalone_redis_flushed_the_start_is_recovered_from_the_topic() {
     let env = Env::new("recover_topic", RedisKind::Standalone);
     let redis = tk::OwnedRedis::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let start = env.binlog_now().await;
     let section = format!("mode = \"standalone\"\nurls = [\"{}\"]", redis.url());
     let cfg = write_file(&env, "binval.toml", &config_text(&env, "current", &section, &tk::broker().bootstrap(), &env.topic));
@@ -544,7 +544,7 @@ async fn standalone_redis_flushed_the_start_is_recovered_from_the_topic() {
 async fn traces_without_a_checkpoint_are_refused_with_the_command_that_recovers() {
     let env = Env::new("recover_refuse", RedisKind::Standalone);
     let redis = tk::OwnedRedis::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let section = format!("mode = \"standalone\"\nurls = [\"{}\"]", redis.url());
     let cfg = write_file(&env, "binval.toml", &config_text(&env, "current", &section, &tk::broker().bootstrap(), &env.topic));
     let run = RunProc::spawn(&cfg, tk::state_root().join(format!("{}-run1.log", env.prefix)), &[]);
@@ -597,7 +597,7 @@ async fn the_broker_was_down_nothing_is_lost_and_apps_converge() {
     let env = Env::new("recover_broker", RedisKind::Standalone);
     broker.create_topic(&env.topic, 3).unwrap();
     let cluster = tk::OwnedCluster::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let cfg = write_file(&env, "binval.toml", &config_text(&env, "current", &cluster_section(&cluster), &broker.bootstrap(), &env.topic));
     let run = RunProc::spawn(&cfg, tk::state_root().join(format!("{}-run.log", env.prefix)), &[]);
     let mut r = cluster_client(&cluster);
@@ -668,7 +668,7 @@ async fn the_broker_was_down_nothing_is_lost_and_apps_converge() {
 async fn an_app_that_missed_events_converges_after_republish() {
     let env = Env::new("recover_missed", RedisKind::Standalone);
     let cluster = tk::OwnedCluster::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let cfg =
         write_file(&env, "binval.toml", &config_text(&env, "current", &cluster_section(&cluster), &tk::broker().bootstrap(), &env.topic));
     let run = RunProc::spawn(&cfg, tk::state_root().join(format!("{}-run.log", env.prefix)), &[]);
@@ -781,7 +781,7 @@ fn chrono_now() -> String {
 async fn a_deleted_rows_token_older_than_its_tombstones_is_found_and_repaired() {
     let env = Env::new("recover_token", RedisKind::Standalone);
     let cluster = tk::OwnedCluster::start_new().unwrap();
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))").await;
+    env.exec(pipeline_env::items::ID_V_TITLE).await;
     let start = env.binlog_now().await;
     let cfg =
         write_file(&env, "binval.toml", &config_text(&env, "current", &cluster_section(&cluster), &tk::broker().bootstrap(), &env.topic));

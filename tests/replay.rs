@@ -40,7 +40,7 @@ fn write_config(env: &Env, text: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_run_writes_nothing() {
     let env = Env::new("replay", RedisKind::Cluster);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    env.exec(pipeline_env::items::ID_V).await;
     env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(20))").await;
     let start = env.binlog_now().await;
     let cfg = write_config(&env, &env.config_toml(&start, MAPPING));
@@ -146,7 +146,7 @@ async fn replay_is_a_no_op_on_applied_changes_restores_wiped_replicas_and_dry_ru
 async fn replay_from_inside_a_transaction_replays_the_whole_transaction() {
     // Issue #12 (2): `binval replay --from FILE:POS` at a row event skipped that event's rows.
     let env = Env::new("replaymid", RedisKind::Standalone);
-    env.exec("CREATE TABLE items (id INT PRIMARY KEY, v INT)").await;
+    env.exec(pipeline_env::items::ID_V).await;
     env.exec("CREATE TABLE tags (id INT PRIMARY KEY, name VARCHAR(20))").await;
     let before = env.binlog_now().await;
     let v = env.exec_v("INSERT INTO items VALUES (1, 10), (2, 20)").await;

@@ -27,7 +27,7 @@ use pipeline_env::*;
 /// Every password of these tests contains this; no output may.
 const PW: &str = "Pw-7d1f-never-printed";
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 2\n";
+const MAPPING: &str = items_mapping!(2);
 const TABLE: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(100) NOT NULL)";
 
 fn binval() -> Command {

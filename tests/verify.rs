@@ -21,7 +21,7 @@ fn verify(cfg: &std::path::Path, args: &[&str]) -> (i32, Value, String) {
     (code, json_lines(&out).pop().unwrap_or(Value::Null), err)
 }
 
-const MAPPING: &str = "[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = 3\n";
+const MAPPING: &str = items_mapping!(3);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_finds_each_kind_of_mismatch_repair_fixes_them_and_lag_is_not_counted() {

@@ -16,6 +16,35 @@ use tokio::sync::watch;
 
 pub use binval_testkit as tk;
 
+/// The fixtures the tests share: the `items` table in the shapes they use, and its mapping to
+/// `{p}:item:{id}` (`{db}` and `{p}` are filled by [`Env::config_toml`]). A test that needs
+/// another shape writes it out, so what it depends on is visible where it is tested.
+pub mod items {
+    /// `items (id, title)`: a product row whose `title` the test changes.
+    pub const ID_TITLE: &str = "CREATE TABLE items (id INT PRIMARY KEY, title VARCHAR(50))";
+    /// `items (id, v, title)`.
+    pub const ID_V_TITLE: &str = "CREATE TABLE items (id INT PRIMARY KEY, v INT, title VARCHAR(40))";
+    /// `items (id, v INT)`.
+    pub const ID_V: &str = "CREATE TABLE items (id INT PRIMARY KEY, v INT)";
+    /// `items (id, v BIGINT)`: `v` counts the writes of a row.
+    pub const ID_COUNTER: &str = "CREATE TABLE items (id INT PRIMARY KEY, v BIGINT)";
+
+    /// The mapping of `items` to `{p}:item:{id}` with `replicas` suffix replicas, for a
+    /// runtime count (a literal one: [`items_mapping!`](crate::items_mapping)).
+    pub fn mapping(replicas: u32) -> String {
+        format!("[[mappings]]\ntable = \"{{db}}.items\"\nkeys = [\"{{p}}:item:{{id}}\"]\nreplicas = {replicas}\n")
+    }
+}
+
+/// The mapping of `items` to `{p}:item:{id}` with a literal replica count, as a `&'static str`
+/// (for a `const`): `items_mapping!(4)`.
+#[macro_export]
+macro_rules! items_mapping {
+    ($replicas:literal) => {
+        concat!("[[mappings]]\ntable = \"{db}.items\"\nkeys = [\"{p}:item:{id}\"]\nreplicas = ", $replicas, "\n")
+    };
+}
+
 /// Which Redis a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RedisKind {
