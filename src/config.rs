@@ -754,7 +754,7 @@ impl Config {
             return Err(bad("kafka.partitions".into(), "must be >= 1".into()));
         }
         if self.kafka.event_format == EventFormat::Batched {
-            crate::write::partitioner::Partitioner::from_property(self.kafka.properties.get("partitioner").map(String::as_str))
+            crate::kafka::Partitioner::from_property(self.kafka.properties.get("partitioner").map(String::as_str))
                 .map_err(|e| bad("kafka.event_format".into(), e.to_string()))?;
         }
         if self.kafka.progress_interval_ms > 60_000 {

@@ -15,7 +15,7 @@
 //! | 6 | [`write::apply`] | a group applied (`run`; one transaction for `replay`): the next three steps in order |
 //! | 6a | [`write::fence`] | each transaction's fence position: the order every write is checked against |
 //! | 6b | [`write::redis_sink`] | every suffix replica, then the version tokens, fenced, one pipeline per Redis master per step ([`redis::RedisConn::run_batch`]) |
-//! | 6c | [`write::kafka_sink`] | one invalidation event per key |
+//! | 6c | [`kafka::KafkaSink`] | one invalidation event per key |
 //! | 7 | [`ha::checkpoint_task`], [`ha::checkpoint`] | the resume position, moved only after both sinks acknowledged a whole group |
 //! | - | [`ha::lease`] | one active instance per source; a fencing token per tenure |
 //! | - | [`pipeline`] | wiring of the steps into tasks, supervision, graceful shutdown |
@@ -25,12 +25,12 @@
 //!
 //! Shared by every step: [`config`] (with [`start_point`], the positions an operator writes),
 //! [`error`], [`security`] (TLS, authentication and secrets of the three connections; least
-//! privilege), [`redis`] (the Redis client, its slot map and node addresses), [`telemetry`] (metric names, the metrics
+//! privilege), [`redis`] (the Redis client, its slot map and node addresses), [`kafka`] (the producer and its partitioner), [`telemetry`] (metric names, the metrics
 //! listener with `/healthz` and `/readyz`) and [`failpoint`].
 //!
 //! Imports run one way, with no cycle between files: `config`, `start_point`, `telemetry`,
 //! `failpoint` and `binlog::decode` import nothing of binval's; `error`, then `security`, then
-//! `redis` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
+//! `redis`, `kafka` and `mapping` build on them; then the rest of `binlog` <- `write` <- `ha` <- `pipeline` <-
 //! `monitor` <- `commands` <- `main`, and `scan` (on `binlog`, `mapping`, `write`) <-
 //! `commands`. The key layout, the invalidation event, the fenced scripts and the
 //! typed binlog coordinates (`BinlogPosition`, `MariadbGtid`, `MariadbGtidPosition`) live in
@@ -86,6 +86,7 @@ pub mod failpoint;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ha;
+pub mod kafka;
 pub mod mapping;
 pub mod monitor;
 pub mod pipeline;

@@ -58,19 +58,19 @@ use crate::error::{task_failed, Error, TransientError};
 use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl};
 use crate::ha::checkpoint_task::{CheckpointStats, CheckpointTask};
 use crate::ha::lease::Lease;
+use crate::kafka::KafkaSink;
 use crate::mapping::Mapper;
 use crate::redis::RedisConn;
 use crate::telemetry::{names, stage, QueueProbe};
 use crate::write::apply::{apply_loop, ApplyOptions, ApplyStats, Pending, Writer};
 use crate::write::fence::FenceRule;
-use crate::write::kafka_sink::KafkaSink;
 
 /// Committed transactions buffered between source and apply.
 pub const TXN_CHANNEL: usize = 4096;
 /// Groups whose Kafka deliveries are awaited at once. Large, so that a broker that does not
 /// answer stops the Redis writes only once the producer's own queue is full
 /// (`queue.buffering.max.messages`, `queue.buffering.max.kbytes`: see
-/// [`crate::write::kafka_sink`]), not after a few dozen groups: while the broker is away the
+/// [`crate::kafka`]), not after a few dozen groups: while the broker is away the
 /// replicas and tokens keep moving and an app whose fail safe bypasses its local cache reads
 /// fresh values (issue #22). A waiting group holds its positions and one delivery future per
 /// event (about 100 bytes each).

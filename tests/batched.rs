@@ -9,7 +9,7 @@ mod pipeline_env;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use binval::write::partitioner::Partitioner;
+use binval::kafka::Partitioner;
 use binval_consumer::{Consumer, EvictionNotice};
 use binval_protocol::{BatchView, InvalidationEvent, KIND_BATCH, KIND_HEADER};
 use pipeline_env::*;

@@ -107,7 +107,7 @@ pub async fn check(cfg: Config) -> Result<(), Error> {
     // Read-only: check never creates the topic (run does, when kafka.create_topic is true).
     let mut kc = cfg.kafka.clone();
     kc.create_topic = false;
-    let k = crate::write::kafka_sink::KafkaSink::connect(&kc).await?;
+    let k = crate::kafka::KafkaSink::connect(&kc).await?;
     println!("kafka: brokers {} reachable (topic {})", cfg.kafka.brokers, k.topic());
     check_kafka_security(&cfg).await;
     println!("mappings: {} table(s)", cfg.mappings.len());

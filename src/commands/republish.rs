@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::error::{Error, TransientError};
-use crate::write::kafka_sink::KafkaSink;
+use crate::kafka::KafkaSink;
 
 /// Where re-publishing starts.
 #[derive(Debug, Clone, PartialEq, Eq)]

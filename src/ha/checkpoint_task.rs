@@ -18,9 +18,9 @@ use tokio::sync::{mpsc, Mutex};
 use crate::binlog::reader::ReadState;
 use crate::error::{Error, TransientError};
 use crate::ha::checkpoint::{checkpoint_at, CheckpointStoreImpl, GtidState, Origin};
+use crate::kafka::KafkaSink;
 use crate::telemetry::names;
 use crate::write::apply::Pending;
-use crate::write::kafka_sink::KafkaSink;
 
 /// Counters the checkpoint task keeps (shared with the pipeline's progress log).
 pub trait CheckpointStats: Send + Sync {

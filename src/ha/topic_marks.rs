@@ -71,8 +71,8 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::Config;
 use crate::error::{Error, TransientError};
+use crate::kafka::{REPUBLISHED_HEADER, WRITER_HEADER};
 use crate::write::fence::FenceRule;
-use crate::write::kafka_sink::{REPUBLISHED_HEADER, WRITER_HEADER};
 
 /// Most messages read back per partition looking for a mark.
 pub const MAX_MESSAGES_PER_PARTITION: i64 = 1 << 20;
@@ -286,7 +286,7 @@ pub fn read(cfg: &Config) -> Result<TopicReport, Error> {
     let consumer = consumer(cfg)?;
     let md = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| crate::write::kafka_sink::no_broker_answered(&cfg.kafka, format!("metadata of topic {topic}: {e}")))?;
+        .map_err(|e| crate::kafka::no_broker_answered(&cfg.kafka, format!("metadata of topic {topic}: {e}")))?;
     let partitions: Vec<i32> = md.topics().first().map(|t| t.partitions().iter().map(|p| p.id()).collect()).unwrap_or_default();
     let mut report = TopicReport { topic: topic.to_string(), partitions: partitions.len(), ..TopicReport::default() };
     let mut found = Vec::new();

@@ -5,9 +5,9 @@
 //! It lives apart from the write stage so that HA and the commands need not import the write
 //! path to talk to Redis (imports run one way: shared modules <- `binlog` <- `write`, `ha`).
 //!
-//! * Standalone: a reconnecting [`ConnectionManager`] (response and connection timeouts of
+//! * Standalone: a reconnecting [`ConnectionManager`](::redis::aio::ConnectionManager) (response and connection timeouts of
 //!   `redis.timeout_ms`, two retries).
-//! * Cluster: a slot-routed multiplexed [`ClusterConnection`]; commands are routed by their
+//! * Cluster: a slot-routed multiplexed [`ClusterConnection`](::redis::cluster_async::ClusterConnection); commands are routed by their
 //!   first key. `SCAN` is per node, so [`RedisConn::scan_match`] opens a connection to
 //!   every master found with `CLUSTER SLOTS`.
 //!

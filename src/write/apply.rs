@@ -7,14 +7,14 @@
 //! announce are acknowledged):
 //!
 //! 1. the transactions of a group ([`crate::write::group`]) are decoded, every row image
-//!    checked for the columns the key templates use (else [`DefiniteError::MappingBroken`]: a
+//!    checked for the columns the key templates use (else [`crate::error::DefiniteError::MappingBroken`]: a
 //!    dropped or renamed key column would silently stop invalidation), mapped to key changes
 //!    ([`Mapper::map_rows`]) and collapsed to one change per key;
 //! 2. the fenced writes, each change at its transaction's fence position
 //!    ([`crate::write::fence`]), under the tenure's fencing token ([`RedisConn::apply_batch`]);
 //! 3. one invalidation event per key change (`kafka.event_format = "per_key"`), or one batch
 //!    message per partition carrying the group's changes for it (`"batched"`; see
-//!    [`crate::write::kafka_sink::Publisher`]);
+//!    [`crate::kafka::Publisher`]);
 //! 4. table-wide invalidations (TRUNCATE / DROP TABLE / partition operations on mapped
 //!    tables): every key of the table marked stale, with one `truncate` event per key template.
 //!
@@ -33,12 +33,12 @@ use tokio::sync::mpsc;
 
 use crate::binlog::txn::Transaction;
 use crate::error::{Error, TransientError};
+use crate::kafka::KafkaSink;
 use crate::mapping::{KeyChange, Mapper, TableNames};
 use crate::redis::RedisConn;
 use crate::telemetry::names;
 use crate::write::fence::FenceRule;
 use crate::write::group::{check_key_columns, decode_error, Group, KeyIndex, SMALL_TRANSACTION_BYTES};
-use crate::write::kafka_sink::KafkaSink;
 use crate::write::redis_sink::{Applied, WriteCtx};
 
 /// A rate limiter of key changes per second (`binval replay --rate`).

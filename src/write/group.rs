@@ -84,8 +84,8 @@ impl Group {
         self.txns.last().is_some_and(|t| !t.invalidate_tables.is_empty())
     }
 
-    /// Add a committed transaction (decoded whole: callers send large ones to
-    /// [`LargeTransaction`]).
+    /// Add a committed transaction (decoded whole: callers write large ones in chunks,
+    /// see "A large transaction" in the module docs).
     ///
     /// Errors: a row event that does not decode, a row image without a key column
     /// ([`DefiniteError::MappingBroken`]), a fence position that cannot be derived.

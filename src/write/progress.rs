@@ -42,10 +42,10 @@ use rdkafka::producer::DeliveryFuture;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::kafka::KafkaSink;
 use crate::monitor;
 use crate::pipeline::Stats;
 use crate::telemetry::names;
-use crate::write::kafka_sink::KafkaSink;
 
 /// How often the topic's partitions are re-read.
 pub const PARTITIONS_REFRESH: Duration = Duration::from_secs(10);

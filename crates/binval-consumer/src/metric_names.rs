@@ -68,13 +68,13 @@ pub const EXPIRATIONS_TOTAL: &str = "binval_consumer_expirations_total";
 /// Counter: topic messages skipped: no payload, longer than `max_message_bytes`, not an event, a `binval.kind: progress` message that is not a valid progress message, an unknown `binval.kind`.
 pub const BAD_MESSAGES_TOTAL: &str = "binval_consumer_bad_messages_total";
 
-/// Histogram: ms from the event's commit (`from="commit"`: binval's commit time, to the ms when it keeps up, see [`Stats::nines`]) or publish (`from="publish"`) to its eviction here. Labels: `from`.
+/// Histogram: ms from the event's commit (`from="commit"`: binval's commit time, to the ms when it keeps up, see [`crate::Stats::nines`]) or publish (`from="publish"`) to its eviction here. Labels: `from`.
 pub const INVALIDATION_LAG_MS: &str = "binval_consumer_invalidation_lag_ms";
 
-/// Counter: invalidations applied whose event carried a commit time ([`Stats::timed_invalidations`]).
+/// Counter: invalidations applied whose event carried a commit time ([`crate::Stats::timed_invalidations`]).
 pub const TIMED_INVALIDATIONS_TOTAL: &str = "binval_consumer_timed_invalidations_total";
 
-/// Counter: of those, applied within 50, 200 or 1000 ms of the commit; the consistency as nines is `-log10(1 - rate(within) / rate(timed))` ([`Stats::nines`]). Labels: `within_ms`.
+/// Counter: of those, applied within 50, 200 or 1000 ms of the commit; the consistency as nines is `-log10(1 - rate(within) / rate(timed))` ([`crate::Stats::nines`]). Labels: `within_ms`.
 pub const APPLIED_WITHIN_TOTAL: &str = "binval_consumer_applied_within_total";
 
 /// Counter: times the fail safe stopped local serving (stream lost or lagging, or the source lag past the bound).
@@ -98,7 +98,7 @@ pub const SOURCE_LAG_MS: &str = "binval_consumer_source_lag_ms";
 /// Counter: binval progress messages taken (invalid ones count as bad messages).
 pub const PROGRESS_MESSAGES_TOTAL: &str = "binval_consumer_progress_messages_total";
 
-/// Counter: `get` calls decided by the source lag: `refused` ([`ConsumerError::SourceBehind`]), `flagged` (Redis value, [`Stale::SourceBehind`]), `loaded` (the loader instead of Redis). Labels: `outcome`.
+/// Counter: `get` calls decided by the source lag: `refused` ([`crate::ConsumerError::SourceBehind`]), `flagged` (Redis value, [`crate::Stale::SourceBehind`]), `loaded` (the loader instead of Redis). Labels: `outcome`.
 pub const SOURCE_BEHIND_READS_TOTAL: &str = "binval_consumer_source_behind_reads_total";
 
 /// Counter: topic messages the listener received, of any kind (one per per-key event, one per batch, progress and bad ones too).
@@ -113,7 +113,7 @@ pub const REPLICA_READ_TIMEOUTS_TOTAL: &str = "binval_consumer_replica_read_time
 /// Counter: reads of replica 0 made because a replica read before it had no record (the replica-0 rule, "Adaptive replica counts").
 pub const REPLICA_ZERO_FALLBACKS_TOTAL: &str = "binval_consumer_replica_zero_fallbacks_total";
 
-/// Gauge: keys whose learned replica count differs from the configured one (set every heat report interval and on [`Consumer::stats`]).
+/// Gauge: keys whose learned replica count differs from the configured one (set every heat report interval and on [`crate::Consumer::stats`]).
 pub const LEARNED_COUNTS: &str = "binval_consumer_learned_counts";
 
 /// Counter: heat reports written (`sent`) or not (`failed`: `NOPERM`, timeout, connection; the removal at shutdown too). Labels: `outcome`.

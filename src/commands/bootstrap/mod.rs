@@ -38,10 +38,10 @@ use std::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::kafka::KafkaSink;
 use crate::redis::RedisConn;
 use crate::scan::Scanner;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
-use crate::write::kafka_sink::KafkaSink;
 use progress::ProgressStore;
 use report::BootstrapSummary;
 

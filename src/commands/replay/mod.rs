@@ -51,11 +51,11 @@ use crate::binlog::server;
 use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
 use crate::error::{task_failed, Error};
+use crate::kafka::KafkaSink;
 use crate::mapping::{Mapper, TableNames};
 use crate::redis::RedisConn;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
-use crate::write::kafka_sink::KafkaSink;
 
 pub mod guard;
 

@@ -34,12 +34,12 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::kafka::KafkaSink;
 use crate::mapping::KeyChange;
 use crate::redis::RedisConn;
 use crate::scan::keyspace::KeyResolver;
 use crate::scan::Scanner;
 use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
-use crate::write::kafka_sink::KafkaSink;
 use forward::Check;
 use report::{LineSink, MismatchLine, TableCounts, VerifySummary};
 

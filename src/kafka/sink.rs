@@ -39,8 +39,8 @@ use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 
 use crate::config::{EventFormat, KafkaConfig};
 use crate::error::{classify_kafka, kafka_is_definite, DefiniteError, Error, TransientError};
+use crate::kafka::Partitioner;
 use crate::security::kafka::SecurityContext;
-use crate::write::partitioner::Partitioner;
 
 /// librdkafka's default `queue.buffering.max.messages` (CONFIGURATION.md).
 const LIBRDKAFKA_QUEUE_MESSAGES: usize = 100_000;
