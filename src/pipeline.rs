@@ -384,18 +384,15 @@ async fn prepare(
     // The replica counts of adaptive mappings as the last leader left them: the first groups
     // are written with them (`crate::replicas`).
     let adaptive = if mapper.any_adaptive() { Some(mapper.counts().load_from(redis, &cfg.source.name).await?) } else { None };
-    let writer = Writer {
+    let writer = Writer::new(
+        cfg,
         mapper,
-        redis: redis.clone(),
-        kafka: Some(kafka.clone()),
-        fence: FenceRule::resolve(&cfg.source, info.mariadb),
-        fencing_token: lease.fencing_token,
-        tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
-        source_name: Arc::from(cfg.source.name.as_str()),
-        max_group_rows: cfg.apply.max_group_rows,
-        options: ApplyOptions::run(),
-        resizes: None,
-    };
+        redis.clone(),
+        Some(kafka.clone()),
+        FenceRule::resolve(&cfg.source, info.mariadb),
+        lease.fencing_token,
+        ApplyOptions::run(),
+    );
     Ok(Some(Prepared { store, kafka, writer, plan, adaptive }))
 }
 

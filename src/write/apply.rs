@@ -32,6 +32,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::binlog::txn::Transaction;
+use crate::config::Config;
 use crate::error::{Error, TransientError};
 use crate::kafka::KafkaSink;
 use crate::mapping::{KeyChange, Mapper, TableNames};
@@ -158,6 +159,56 @@ pub struct Writer {
     /// Replica-count steps from the adaptive-count leader (`crate::replicas::task`), taken by
     /// [`apply_loop`] between groups; `None` without adaptive mappings, and outside `run`.
     pub resizes: Option<mpsc::Receiver<crate::replicas::task::CountCommand>>,
+}
+
+impl Writer {
+    /// A writer with what every writer takes from the configuration (`redis.tombstone_ttl_ms`,
+    /// `source.name`, `apply.max_group_rows`) and no replica-count steps (`binval run` sets
+    /// [`Writer::resizes`] itself).
+    pub fn new(
+        cfg: &Config,
+        mapper: Arc<Mapper>,
+        redis: RedisConn,
+        kafka: Option<Arc<KafkaSink>>,
+        fence: FenceRule,
+        fencing_token: u64,
+        options: ApplyOptions,
+    ) -> Writer {
+        Writer {
+            mapper,
+            redis,
+            kafka,
+            fence,
+            fencing_token,
+            tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
+            source_name: Arc::from(cfg.source.name.as_str()),
+            max_group_rows: cfg.apply.max_group_rows,
+            options,
+            resizes: None,
+        }
+    }
+
+    /// The writer of a step that holds no lease (`replay`, `bootstrap`, `verify --repair`):
+    /// it writes under the source's current fencing token ([`current_fencing_token`]), which
+    /// `options` (given the token counter's key) may refresh on a takeover; Kafka only when
+    /// `publish`, its messages labelled `tool` (the `binval.writer` header).
+    ///
+    /// Errors: Kafka that cannot be reached (naming `kafka.brokers`), the token's `GET`
+    /// (transient).
+    pub async fn without_lease(
+        cfg: &Config,
+        tool: &'static str,
+        mapper: Arc<Mapper>,
+        redis: RedisConn,
+        fence: FenceRule,
+        publish: bool,
+        options: impl FnOnce(String) -> ApplyOptions,
+    ) -> Result<Writer, Error> {
+        let kafka = if publish { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer(tool))) } else { None };
+        let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
+        let fencing_token = current_fencing_token(&redis, &fencing_token_key).await?;
+        Ok(Writer::new(cfg, mapper, redis, kafka, fence, fencing_token, options(fencing_token_key)))
+    }
 }
 
 /// What applying a group (or one transaction, or one chunk of a large one) did.

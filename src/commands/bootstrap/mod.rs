@@ -33,15 +33,13 @@ pub mod progress;
 pub mod report;
 mod table;
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::kafka::KafkaSink;
 use crate::redis::RedisConn;
 use crate::scan::Scanner;
-use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
+use crate::write::apply::{ApplyOptions, Writer};
 use progress::ProgressStore;
 use report::BootstrapSummary;
 
@@ -107,21 +105,12 @@ pub async fn run(cfg: &Config, args: &BootstrapCli, shutdown: tokio::sync::watch
     let renamed = crate::ha::checkpoint::followed_renames(cfg, &redis).await?;
     let mut scanner = Scanner::open(cfg, &mappings, &renamed).await?;
     crate::replicas::counts::load_for(&scanner.mapper, &redis, &cfg.source.name).await?;
-    let kafka =
-        if args.publish && !args.dry_run { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("bootstrap"))) } else { None };
-    let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
-    let mut writer = Writer {
-        mapper: scanner.mapper.clone(),
-        redis: redis.clone(),
-        kafka,
-        fence: scanner.fence,
-        fencing_token: current_fencing_token(&redis, &fencing_token_key).await?,
-        tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
-        source_name: Arc::from(cfg.source.name.as_str()),
-        max_group_rows: cfg.apply.max_group_rows,
-        options: ApplyOptions::snapshot_writes(args.dry_run, args.publish, fencing_token_key),
-        resizes: None,
-    };
+    let publish = args.publish && !args.dry_run;
+    let (mapper, fence) = (scanner.mapper.clone(), scanner.fence);
+    let mut writer = Writer::without_lease(cfg, "bootstrap", mapper, redis.clone(), fence, publish, |key| {
+        ApplyOptions::snapshot_writes(args.dry_run, args.publish, key)
+    })
+    .await?;
     let store = ProgressStore::new(redis, &cfg.source.name);
     tracing::info!(tables = ?mappings.iter().map(|m| &m.table).collect::<Vec<_>>(), dry_run = args.dry_run, publish = args.publish, rate = ?args.rate, "bootstrap starting");
     let mut summary = BootstrapSummary { dry_run: args.dry_run, ..BootstrapSummary::default() };

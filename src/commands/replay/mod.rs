@@ -51,10 +51,9 @@ use crate::binlog::server;
 use crate::binlog::txn::Transaction;
 use crate::config::{Config, MappingConfig, SourceConfig, StartForms, StartPoint};
 use crate::error::{task_failed, Error};
-use crate::kafka::KafkaSink;
 use crate::mapping::{Mapper, TableNames};
 use crate::redis::RedisConn;
-use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
+use crate::write::apply::{ApplyOptions, Writer};
 use crate::write::fence::FenceRule;
 
 pub mod guard;
@@ -350,22 +349,9 @@ async fn start_names(cfg: &Config, redis: &RedisConn, from_checkpoint: Option<bo
 /// holds no lease, see the module docs), replay's [`ApplyOptions`].
 async fn open_writer(cfg: &Config, args: &ReplayArgs, mapper: Arc<Mapper>, redis: RedisConn, mariadb: bool) -> Result<Writer, Error> {
     let fence = FenceRule::resolve(&cfg.source, mariadb);
-    let kafka = if args.dry_run { None } else { Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("replay"))) };
-    let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
-    let fencing_token = current_fencing_token(&redis, &fencing_token_key).await?;
     crate::replicas::counts::load_for(&mapper, &redis, &cfg.source.name).await?;
-    Ok(Writer {
-        mapper,
-        redis,
-        kafka,
-        fence,
-        fencing_token,
-        tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
-        source_name: Arc::from(cfg.source.name.as_str()),
-        max_group_rows: cfg.apply.max_group_rows,
-        options: ApplyOptions::replay(args.dry_run, args.rate, fencing_token_key),
-        resizes: None,
-    })
+    Writer::without_lease(cfg, "replay", mapper, redis, fence, !args.dry_run, |key| ApplyOptions::replay(args.dry_run, args.rate, key))
+        .await
 }
 
 fn progress_bar(show: bool) -> indicatif::ProgressBar {

@@ -26,7 +26,6 @@ mod reverse;
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::Value;
@@ -34,12 +33,11 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::Error;
-use crate::kafka::KafkaSink;
 use crate::mapping::KeyChange;
 use crate::redis::RedisConn;
 use crate::scan::keyspace::KeyResolver;
 use crate::scan::Scanner;
-use crate::write::apply::{current_fencing_token, ApplyOptions, Writer};
+use crate::write::apply::{ApplyOptions, Writer};
 use forward::Check;
 use report::{LineSink, MismatchLine, TableCounts, VerifySummary};
 
@@ -291,19 +289,8 @@ fn resolve_keys(
 
 /// The writer of a repair: events published, the source's current fencing token.
 async fn repair_writer(cfg: &Config, ctx: &Ctx<'_>) -> Result<Writer, Error> {
-    let fencing_token_key = crate::ha::lease::fencing_token_key(&cfg.source.name);
-    Ok(Writer {
-        mapper: ctx.scanner.mapper.clone(),
-        redis: ctx.redis.clone(),
-        kafka: Some(Arc::new(KafkaSink::connect(&cfg.kafka).await?.with_writer("repair"))),
-        fence: ctx.scanner.fence,
-        fencing_token: current_fencing_token(&ctx.redis, &fencing_token_key).await?,
-        tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
-        source_name: Arc::from(cfg.source.name.as_str()),
-        max_group_rows: cfg.apply.max_group_rows,
-        options: ApplyOptions::snapshot_writes(false, true, fencing_token_key),
-        resizes: None,
-    })
+    let (mapper, redis, fence) = (ctx.scanner.mapper.clone(), ctx.redis.clone(), ctx.scanner.fence);
+    Writer::without_lease(cfg, "repair", mapper, redis, fence, true, |key| ApplyOptions::snapshot_writes(false, true, key)).await
 }
 
 /// The JSON line of a confirmed mismatch.
