@@ -10,7 +10,7 @@
 //! between two of its commands is read half old, half new; callers that judge what they read
 //! (verify) read again before they conclude.
 
-use binval_protocol::fence::{FIELD_DATA, FIELD_FENCE, FIELD_POSITION, FIELD_TOMBSTONE};
+use binval_protocol::fence::{FIELD_DATA, FIELD_FENCING_TOKEN, FIELD_POSITION, FIELD_TOMBSTONE};
 use binval_protocol::{hash_slot, parse_version, replica_key, version_key};
 use redis::{RedisError, Value};
 
@@ -87,7 +87,7 @@ impl RedisConn {
                     Some(r) => {
                         let rk = replica_key(chunk[i].0, r);
                         let mut cmd = redis::cmd("HMGET");
-                        cmd.arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE).arg(FIELD_FENCE);
+                        cmd.arg(&rk).arg(FIELD_DATA).arg(FIELD_POSITION).arg(FIELD_TOMBSTONE).arg(FIELD_FENCING_TOKEN);
                         (hash_slot(rk.as_bytes()), cmd)
                     }
                 }

@@ -76,8 +76,13 @@ pub const FIELD_DATA: &str = "d";
 pub const FIELD_POSITION: &str = "p";
 /// Hash field marking a tombstone (`"1"`).
 pub const FIELD_TOMBSTONE: &str = "t";
-/// Hash field holding the fencing token of the writer.
-pub const FIELD_FENCE: &str = "f";
+/// Hash field holding the fencing token (`ha::lease`: the number of the writer's tenure) of
+/// the replica record's last write; scripts refuse a write under an older token.
+pub const FIELD_FENCING_TOKEN: &str = "f";
+/// The former name of [`FIELD_FENCING_TOKEN`]: the field holds a fencing token, not a fence
+/// position.
+#[deprecated(note = "use FIELD_FENCING_TOKEN: the field holds the fencing token, not a fence position")]
+pub const FIELD_FENCE: &str = FIELD_FENCING_TOKEN;
 
 /// Number of low bits of a [`FencePosition`] below the fence epoch.
 pub const EPOCH_SHIFT: u32 = 56;
