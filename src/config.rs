@@ -274,7 +274,7 @@ pub enum FenceMode {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum RedisMode {
-    /// One Redis server: each key's replicas and version token are written in one MULTI/EXEC.
+    /// One Redis server: each key's replicas and version token are written by one Lua script (`key_apply_script`), atomically.
     Standalone,
     /// Redis Cluster: replicas on different masters, written and acknowledged before the token.
     Cluster,

@@ -298,7 +298,14 @@ pub mod stage {
     /// Transactions applied to Redis whose events the checkpoint task has not seen acknowledged.
     pub const APPLY: &str = "apply";
     /// Events enqueued in the Kafka producer, not yet acknowledged.
+    pub const KAFKA: &str = "kafka";
+    /// The name the [`KAFKA`] queue had before stop 31. [`sample_queues`](super::sample_queues)
+    /// still exports the Kafka queue under it too (same value), for dashboards and alerts
+    /// written against it; it will be removed in a later release.
+    #[deprecated(note = "the Kafka producer's queue is stage `kafka`; `checkpoint` is its old name")]
     pub const CHECKPOINT: &str = "checkpoint";
+    /// The deprecated alias of [`KAFKA`], without the deprecation warning, for the exporter.
+    pub(crate) const KAFKA_ALIAS: &str = "checkpoint";
 }
 
 /// Buckets of the histograms in seconds: 0.5 ms to 60 s.
@@ -603,9 +610,13 @@ pub fn sample_queues() {
     let queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
     for q in queues.iter() {
         let (depth, capacity) = (q.fill)().unwrap_or_default();
-        metrics::gauge!(names::QUEUE_DEPTH, "stage" => q.stage).set(depth as f64);
-        if capacity > 0 {
-            metrics::gauge!(names::QUEUE_CAPACITY, "stage" => q.stage).set(capacity as f64);
+        // The Kafka queue is also exported under its name before stop 31 (see `stage`).
+        let names_of_stage: &[&'static str] = if q.stage == stage::KAFKA { &[stage::KAFKA, stage::KAFKA_ALIAS] } else { std::slice::from_ref(&q.stage) };
+        for &name in names_of_stage {
+            metrics::gauge!(names::QUEUE_DEPTH, "stage" => name).set(depth as f64);
+            if capacity > 0 {
+                metrics::gauge!(names::QUEUE_CAPACITY, "stage" => name).set(capacity as f64);
+            }
         }
     }
 }

@@ -214,13 +214,13 @@ impl KafkaSink {
         &self.topic
     }
 
-    /// The producer's queue as the `checkpoint` stage of `binval_queue_depth`: events enqueued
+    /// The producer's queue as the `kafka` stage of `binval_queue_depth`: events enqueued
     /// and not yet acknowledged (librdkafka's `rd_kafka_outq_len`), out of
     /// `queue.buffering.max.messages`.
     pub fn queue_probe(&self) -> crate::telemetry::QueueProbe {
         let (producer, capacity) = (self.producer.clone(), self.queue_capacity);
         crate::telemetry::QueueProbe {
-            stage: crate::telemetry::stage::CHECKPOINT,
+            stage: crate::telemetry::stage::KAFKA,
             fill: Box::new(move || Some((producer.in_flight_count().max(0) as usize, capacity))),
         }
     }
