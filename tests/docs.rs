@@ -45,19 +45,10 @@ fn table_names(text: &str, prefix: &str) -> BTreeSet<String> {
     rows.filter(|name| name.starts_with(prefix)).map(str::to_string).collect()
 }
 
-/// Where binval declares its metric names: `src/telemetry.rs`, and the files of
-/// `src/telemetry/` should it become a folder.
+/// Where binval declares its metric names: the files of `src/telemetry/` (`names.rs`).
 fn telemetry_sources() -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let file = root().join("src/telemetry.rs");
-    if file.is_file() {
-        files.push(file);
-    }
-    let dir = root().join("src/telemetry");
-    if dir.is_dir() {
-        files.extend(files_under(&dir, &[".rs"]));
-    }
-    assert!(!files.is_empty(), "neither src/telemetry.rs nor src/telemetry/ exists");
+    let files = files_under(&root().join("src/telemetry"), &[".rs"]);
+    assert!(!files.is_empty(), "src/telemetry/ holds no .rs file");
     files
 }
 
@@ -101,7 +92,7 @@ fn assert_same(what: &str, code: &BTreeSet<String>, docs: &BTreeSet<String>) {
 #[test]
 fn the_metrics_table_names_every_declared_metric() {
     let documented = table_names(&read(&root().join("docs/operating.md")), "binval_");
-    assert_same("metrics of src/telemetry.rs against docs/operating.md", &declared_metrics(), &documented);
+    assert_same("metrics of src/telemetry/names.rs against docs/operating.md", &declared_metrics(), &documented);
 }
 
 #[test]
