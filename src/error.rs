@@ -103,7 +103,7 @@ pub enum DefiniteError {
     UnsupportedEvent(String),
     /// The metrics endpoint could not be started (address in use, bad address).
     #[error("metrics endpoint: {0}")]
-    MetricsListen(String),
+    MetricsListen(#[source] crate::telemetry::MetricsError),
     /// A mapping no longer fits the table the binlog describes (e.g. a key column was dropped).
     #[error("mapping of table {table} at binlog position {position}: {message}")]
     MappingBroken { table: String, position: String, message: String },

@@ -70,12 +70,26 @@ impl StartForms {
     }
 }
 
+/// A start point that is none of the forms its setting accepts: names the setting, the text
+/// and the accepted forms (e.g. ``--from `yesterday`: expected FILE:POS (...), gtid:D-S-N (...)
+/// or a UTC date-time (...)``).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} `{text}`: expected {expected}")]
+pub struct BadStartPoint {
+    /// The flag or config field (`source.start`, `--from`, `--to`).
+    pub setting: &'static str,
+    /// The text given, trimmed.
+    pub text: String,
+    /// The accepted forms, with examples.
+    pub expected: String,
+}
+
 impl StartPoint {
     /// Parse `s` as one of the forms `forms` accepts. The error names the setting
     /// (`forms.name`), the text and the accepted forms.
-    pub fn parse(s: &str, forms: StartForms) -> Result<Self, String> {
+    pub fn parse(s: &str, forms: StartForms) -> Result<Self, BadStartPoint> {
         let s = s.trim();
-        let bad = || format!("{} `{s}`: expected {}", forms.name, forms.expected());
+        let bad = || BadStartPoint { setting: forms.name, text: s.to_string(), expected: forms.expected() };
         if forms.current && s.eq_ignore_ascii_case("current") {
             return Ok(StartPoint::Current);
         }
@@ -134,13 +148,13 @@ mod tests {
         assert_eq!(StartPoint::parse("gtid:0-1-100", from).unwrap(), StartPoint::Gtid("0-1-100".parse().unwrap()));
         assert_eq!(StartPoint::parse("1970-01-01 00:00:01", to).unwrap(), StartPoint::Time(1000));
         assert_eq!(StartPoint::parse("1970-01-01T00:00:02Z", to).unwrap(), StartPoint::Time(2000));
-        let e = StartPoint::parse("yesterday", from).unwrap_err();
+        let e = StartPoint::parse("yesterday", from).unwrap_err().to_string();
         assert!(e.starts_with("--from `yesterday`") && e.contains("gtid:D-S-N") && e.contains("UTC date-time"), "{e}");
         assert!(StartPoint::parse("mysql-bin.000003:2", from).is_err());
         assert!(StartPoint::parse("gtid:0-1", from).is_err());
         assert!(StartPoint::parse("gtid:0-1-1,1-1-1", from).is_err(), "one GTID only");
         assert!(StartPoint::parse("current", from).is_err());
-        let e = StartPoint::parse("bogus", StartForms::SOURCE_START).unwrap_err();
+        let e = StartPoint::parse("bogus", StartForms::SOURCE_START).unwrap_err().to_string();
         assert!(e.contains("source.start") && e.contains("current") && e.contains("gtid:"), "{e}");
     }
 }

@@ -29,6 +29,17 @@ use tokio::sync::watch;
 use crate::binlog::server;
 use crate::config::SourceConfig;
 
+/// Why one heartbeat write failed (logged, at most once a minute; the task goes on).
+#[derive(Debug, thiserror::Error)]
+enum HeartbeatError {
+    /// No connection to the source.
+    #[error(transparent)]
+    Connect(crate::error::Error),
+    /// The table's CREATE or the row's upsert failed; `what` names the statement or table.
+    #[error("{what}: {source}")]
+    Statement { what: String, source: mysql_async::Error },
+}
+
 /// `schema.table` (plain identifiers, as `config` checks) quoted for SQL.
 fn quoted(table: &str) -> String {
     match table.split_once('.') {
@@ -54,16 +65,18 @@ pub async fn run(cfg: SourceConfig, table: String, mut stop: watch::Receiver<boo
             _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|v| *v) => break,
         }
-        let result: Result<(), String> = async {
+        let result: Result<(), HeartbeatError> = async {
             if conn.is_none() {
-                conn = Some(server::connect(&cfg).await.map_err(|e| e.to_string())?);
+                conn = Some(server::connect(&cfg).await.map_err(HeartbeatError::Connect)?);
             }
             let c = conn.as_mut().expect("connected");
             if !created {
-                c.query_drop(&create).await.map_err(|e| format!("{create}: {e}"))?;
+                c.query_drop(&create).await.map_err(|source| HeartbeatError::Statement { what: create.clone(), source })?;
                 created = true;
             }
-            c.exec_drop(&upsert, (cfg.name.as_str(),)).await.map_err(|e| format!("upsert into {table}: {e}"))
+            c.exec_drop(&upsert, (cfg.name.as_str(),))
+                .await
+                .map_err(|source| HeartbeatError::Statement { what: format!("upsert into {table}"), source })
         }
         .await;
         if let Err(e) = result {

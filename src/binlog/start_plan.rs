@@ -69,6 +69,25 @@ use crate::ha::topic_marks::Mark;
 pub use crate::ha::traces::Earlier;
 use crate::write::fence::FenceRule;
 
+/// Why a checkpoint's `file:pos` does not name the same place on the server binval is
+/// connected to (after a failover, a restore, or a virtual IP moved to another server).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotHere {
+    /// The checkpoint's binlog file is not among this server's binary logs (`SHOW BINARY LOGS`).
+    #[error("this server has no binlog file {file} (its binary logs: {})", .logs.join(", "))]
+    NoFile { file: String, logs: Vec<String> },
+    /// MariaDB: the GTID position at the checkpoint's place (`BINLOG_GTID_POS`) differs from the
+    /// checkpoint's GTIDs.
+    #[error("at {place} this server's binlog is at GTID position {here}, not the checkpoint's {want}")]
+    OtherGtids { place: BinlogPosition, here: MariadbGtidPosition, want: MariadbGtidPosition },
+    /// MariaDB: `BINLOG_GTID_POS` returned nothing for the checkpoint's place.
+    #[error("this server does not know the GTID position at {place}")]
+    NoGtidAt { place: BinlogPosition },
+    /// The checkpoint records another server (`@@server_id`, and `@@server_uuid` on MySQL).
+    #[error("the checkpoint was read from {saved}, this is {this}")]
+    OtherServer { saved: ServerIdentity, this: ServerIdentity },
+}
+
 /// How the start was chosen, for the log line and `binval check`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum How {
@@ -80,7 +99,7 @@ pub enum How {
         /// The checkpoint's coordinates and server, as text.
         checkpoint: String,
         /// What makes `file:pos` unusable here.
-        why: String,
+        why: NotHere,
     },
     /// No checkpoint: `source.start`, which is the primary's current position when `current`.
     Configured {
@@ -253,8 +272,8 @@ async fn from_checkpoint(
     }
     let same_server = c.server.as_ref().map(|s| s.same_server(&info.identity));
     let has_file = logs.contains(&c.file);
-    let holds: Result<(), String> = if !has_file {
-        Err(format!("this server has no binlog file {} (its binary logs: {})", c.file, logs.join(", ")))
+    let holds: Result<(), NotHere> = if !has_file {
+        Err(NotHere::NoFile { file: c.file.clone(), logs: logs.to_vec() })
     } else if same_server == Some(true) {
         // The server that wrote the position: the fast path of every restart and takeover
         // (BINLOG_GTID_POS reads the file up to the position, up to max_binlog_size).
@@ -262,11 +281,11 @@ async fn from_checkpoint(
     } else if let (true, Some(want)) = (info.mariadb, gtids.mariadb()) {
         match server::mariadb_gtid_at(conn, &gtid_place).await? {
             Some(here) if want.iter().all(|g| here.get(g.domain) == Some(g)) => Ok(()),
-            Some(here) => Err(format!("at {gtid_place} this server's binlog is at GTID position {here}, not the checkpoint's {want}")),
-            None => Err(format!("this server does not know the GTID position at {gtid_place}")),
+            Some(here) => Err(NotHere::OtherGtids { place: gtid_place.clone(), here, want: want.clone() }),
+            None => Err(NotHere::NoGtidAt { place: gtid_place.clone() }),
         }
     } else if same_server == Some(false) {
-        Err(format!("the checkpoint was read from {}, this is {}", c.server.as_ref().expect("compared"), info.identity))
+        Err(NotHere::OtherServer { saved: c.server.clone().expect("compared"), this: info.identity.clone() })
     } else {
         Ok(())
     };
@@ -279,7 +298,7 @@ async fn from_checkpoint(
     if (server_changed || holds.is_err()) && fence.mode == FenceMode::FilePos && cfg.fence_epoch <= saved_epoch {
         return Err(refuse(format!(
             "{}; with source.fence = \"file_pos\" the versions binval writes are positions in one server's binlog, which this server's positions do not continue: set source.fence_epoch = {} (above the checkpoint's {saved_epoch}) and start again, or use source.fence = \"gtid\" on MariaDB",
-            holds.as_ref().err().cloned().unwrap_or_else(|| format!("the checkpoint was read from another server than {}", info.identity)),
+            holds.as_ref().err().map(ToString::to_string).unwrap_or_else(|| format!("the checkpoint was read from another server than {}", info.identity)),
             saved_epoch + 1
         )));
     }
@@ -369,7 +388,7 @@ async fn from_configured(
     logs: &[String],
     origin: Origin,
 ) -> Result<StartPlan, Error> {
-    let start = StartPoint::parse(&cfg.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r))?;
+    let start = StartPoint::parse(&cfg.start, StartForms::SOURCE_START).map_err(|r| Error::config("source.start", r.to_string()))?;
     let current = start == StartPoint::Current;
     if current && earlier.any() {
         return recover(cfg, earlier, conn, info, logs, origin).await;

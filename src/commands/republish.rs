@@ -49,19 +49,36 @@ pub enum RepublishFrom {
     Offsets(Vec<(i32, i64)>),
 }
 
+/// Why a `--from` of `binval republish` does not parse; each names the text given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRepublishFrom {
+    /// Neither a date-time nor a list of `PARTITION:OFFSET`.
+    #[error("--from `{0}`: expected a UTC date-time or PARTITION:OFFSET[,...]")]
+    Form(String),
+    /// A date-time before 1970.
+    #[error("--from `{0}`: the time is before 1970-01-01")]
+    BeforeEpoch(String),
+    /// A partition that is not a number.
+    #[error("--from `{text}`: bad partition `{partition}`")]
+    Partition { text: String, partition: String },
+    /// An offset that is not a number.
+    #[error("--from `{text}`: bad offset `{offset}`")]
+    Offset { text: String, offset: String },
+}
+
 impl RepublishFrom {
     /// Parse a UTC date-time (`2026-11-30 12:00:00`) or `P:O[,P:O...]` partition offsets.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, BadRepublishFrom> {
         let s = s.trim();
         if let Ok(t) = humantime::parse_rfc3339_weak(s.trim_end_matches('Z')) {
-            let ms = t.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_millis() as u64;
+            let ms = t.duration_since(std::time::UNIX_EPOCH).map_err(|_| BadRepublishFrom::BeforeEpoch(s.to_string()))?.as_millis() as u64;
             return Ok(RepublishFrom::Time(ms));
         }
         let mut v = Vec::new();
         for part in s.split(',') {
-            let (p, o) = part.split_once(':').ok_or_else(|| format!("--from `{s}`: expected a UTC date-time or PARTITION:OFFSET[,...]"))?;
-            let p: i32 = p.trim().parse().map_err(|_| format!("--from `{s}`: bad partition `{p}`"))?;
-            let o: i64 = o.trim().parse().map_err(|_| format!("--from `{s}`: bad offset `{o}`"))?;
+            let (p, o) = part.split_once(':').ok_or_else(|| BadRepublishFrom::Form(s.to_string()))?;
+            let p: i32 = p.trim().parse().map_err(|_| BadRepublishFrom::Partition { text: s.to_string(), partition: p.to_string() })?;
+            let o: i64 = o.trim().parse().map_err(|_| BadRepublishFrom::Offset { text: s.to_string(), offset: o.to_string() })?;
             v.push((p, o));
         }
         Ok(RepublishFrom::Offsets(v))
@@ -104,7 +121,7 @@ pub struct PartitionRange {
 /// `binval republish` from the command line: validate `--from` / `--to` (errors name the flag,
 /// exit code 2), re-publish, print the summary as one JSON line.
 pub async fn cli(cfg: &Config, from: &str, to: Option<&str>, dry_run: bool) -> Result<(), Error> {
-    let from = RepublishFrom::parse(from).map_err(|r| Error::config("--from", r))?;
+    let from = RepublishFrom::parse(from).map_err(|r| Error::config("--from", r.to_string()))?;
     let to = match to {
         Some(t) => match RepublishFrom::parse(t) {
             Ok(RepublishFrom::Time(ms)) => Some(ms),

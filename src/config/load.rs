@@ -59,7 +59,7 @@ impl Config {
         if self.source.heartbeat_ms == 0 || self.source.heartbeat_ms > 4_294_967 {
             return Err(bad("source.heartbeat_ms".into(), "must be 1..=4294967 ms".into()));
         }
-        StartPoint::parse(&self.source.start, StartForms::SOURCE_START).map_err(|r| bad("source.start".into(), r))?;
+        StartPoint::parse(&self.source.start, StartForms::SOURCE_START).map_err(|r| bad("source.start".into(), r.to_string()))?;
         if self.source.name.is_empty() || !self.source.name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
             return Err(bad("source.name".into(), "must be non-empty and use only [A-Za-z0-9._-]".into()));
         }

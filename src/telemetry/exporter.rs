@@ -6,11 +6,40 @@ use std::time::Duration;
 use super::health::HEALTH;
 use super::{names, COUNT_BUCKETS, SECONDS_BUCKETS};
 
+/// Why the metrics exporter could not start ([`install_recorder`], [`serve`]).
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The exporter refused a histogram's buckets (binval's own bucket lists: a bug).
+    #[error("metrics buckets: {0}")]
+    Buckets(#[from] metrics_exporter_prometheus::BuildError),
+    /// Another metrics recorder was installed in this process first.
+    #[error("installing the metrics recorder: {0}")]
+    Recorder(String),
+    /// The listen address is not `ip:port`. `setting` names where it came from
+    /// (`metrics.listen`, or a command's `--metrics-listen`).
+    #[error("{setting} `{listen}`: {source}")]
+    Address { setting: &'static str, listen: String, source: std::net::AddrParseError },
+    /// The listen address could not be bound (in use, not local, no permission).
+    #[error("{setting} `{listen}`: {source}")]
+    Bind { setting: &'static str, listen: String, source: std::io::Error },
+}
+
+impl MetricsError {
+    /// The same error, naming `setting` (e.g. `--metrics-listen`) as where the address came from.
+    pub fn named(self, setting: &'static str) -> Self {
+        match self {
+            MetricsError::Address { listen, source, .. } => MetricsError::Address { setting, listen, source },
+            MetricsError::Bind { listen, source, .. } => MetricsError::Bind { setting, listen, source },
+            other => other,
+        }
+    }
+}
+
 static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
 
 /// Install the Prometheus recorder (once per process; later calls return the first handle),
 /// with `labels` on every metric and buckets for every histogram.
-pub fn install_recorder(labels: &[(&str, &str)]) -> Result<metrics_exporter_prometheus::PrometheusHandle, String> {
+pub fn install_recorder(labels: &[(&str, &str)]) -> Result<metrics_exporter_prometheus::PrometheusHandle, MetricsError> {
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
     }
@@ -19,14 +48,13 @@ pub fn install_recorder(labels: &[(&str, &str)]) -> Result<metrics_exporter_prom
     for (k, v) in labels {
         b = b.add_global_label(*k, *v);
     }
-    let bucket_err = |e: metrics_exporter_prometheus::BuildError| e.to_string();
-    b = b.set_buckets(SECONDS_BUCKETS).map_err(bucket_err)?;
+    b = b.set_buckets(SECONDS_BUCKETS)?;
     for name in [names::APPLY_GROUP_TRANSACTIONS, names::APPLY_GROUP_KEYS] {
-        b = b.set_buckets_for_metric(Matcher::Full(name.into()), COUNT_BUCKETS).map_err(bucket_err)?;
+        b = b.set_buckets_for_metric(Matcher::Full(name.into()), COUNT_BUCKETS)?;
     }
     let recorder = b.build_recorder();
     let handle = recorder.handle();
-    metrics::set_global_recorder(recorder).map_err(|e| format!("installing the metrics recorder: {e}"))?;
+    metrics::set_global_recorder(recorder).map_err(|e| MetricsError::Recorder(e.to_string()))?;
     let _ = HANDLE.set(handle.clone());
     describe();
     Ok(handle)
@@ -35,9 +63,15 @@ pub fn install_recorder(labels: &[(&str, &str)]) -> Result<metrics_exporter_prom
 /// Serve `/metrics`, `/healthz` and `/readyz` on `listen` (`ip:port`), installing the
 /// recorder with `labels` first. Must run inside a tokio runtime. Errors name `metrics.listen`
 /// when the address cannot be parsed or bound.
-pub async fn serve(listen: &str, labels: &[(&str, &str)]) -> Result<(), String> {
-    let addr: std::net::SocketAddr = listen.parse().map_err(|e| format!("metrics.listen `{listen}`: {e}"))?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("metrics.listen `{listen}`: {e}"))?;
+pub async fn serve(listen: &str, labels: &[(&str, &str)]) -> Result<(), MetricsError> {
+    const SETTING: &str = "metrics.listen";
+    let addr: std::net::SocketAddr =
+        listen.parse().map_err(|source| MetricsError::Address { setting: SETTING, listen: listen.to_string(), source })?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind {
+        setting: SETTING,
+        listen: listen.to_string(),
+        source,
+    })?;
     let handle = install_recorder(labels)?;
     let upkeep = handle.clone();
     tokio::spawn(async move {

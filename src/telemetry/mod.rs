@@ -103,7 +103,7 @@ pub mod names;
 mod record;
 pub mod stage;
 
-pub use exporter::{install_recorder, serve};
+pub use exporter::{install_recorder, serve, MetricsError};
 pub use health::{checkpoint_recorded, health, source_connected, ConnectedGuard, Health, Readiness, Role, SavedCheckpoint};
 pub use logs::init;
 pub use record::{error_classified, group_applied, kafka_delivered, sample_queues, set_position, watch_queues, QueueFill, QueueProbe};

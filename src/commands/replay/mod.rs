@@ -131,8 +131,12 @@ impl ReplayArgs {
     /// `--server-id` other than `source.server_id`. Errors are configuration errors naming the
     /// flag (exit code 2).
     pub fn from_cli(cfg: &Config, cli: ReplayCli) -> Result<Self, Error> {
-        let from = StartPoint::parse(&cli.from, StartForms::replay("--from")).map_err(|r| Error::config("--from", r))?;
-        let to = cli.to.map(|t| StartPoint::parse(&t, StartForms::replay("--to"))).transpose().map_err(|r| Error::config("--to", r))?;
+        let from = StartPoint::parse(&cli.from, StartForms::replay("--from")).map_err(|r| Error::config("--from", r.to_string()))?;
+        let to = cli
+            .to
+            .map(|t| StartPoint::parse(&t, StartForms::replay("--to")))
+            .transpose()
+            .map_err(|r| Error::config("--to", r.to_string()))?;
         if cli.rate == Some(0) {
             return Err(Error::config("--rate", "must be at least 1 key change per second"));
         }
@@ -146,7 +150,7 @@ impl ReplayArgs {
             ));
         }
         if let Some(to) = &to {
-            check_range(&from, to).map_err(|r| Error::config("--to", r))?;
+            check_range(&from, to).map_err(|r| Error::config("--to", r.to_string()))?;
         }
         Ok(ReplayArgs {
             from,
@@ -170,7 +174,7 @@ pub async fn cli(cfg: Config, cli: ReplayCli) -> Result<(), Error> {
     if let Some(l) = &listen {
         crate::telemetry::serve(l, &[("source", cfg.source.name.as_str())])
             .await
-            .map_err(|e| Error::config("--metrics-listen", e.replace("metrics.listen", "--metrics-listen")))?;
+            .map_err(|e| Error::config("--metrics-listen", e.named("--metrics-listen").to_string()))?;
     }
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -183,18 +187,34 @@ pub async fn cli(cfg: Config, cli: ReplayCli) -> Result<(), Error> {
     Ok(())
 }
 
-/// Errors (naming `--to`) when `to` lies before `from` in the same coordinate (binlog
+/// A replay range whose end (`--to`) lies before its start (`--from`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackwardRange {
+    /// Both ends are binlog positions, the end before the start.
+    #[error("{to} is before --from {from}")]
+    Binlog { from: BinlogPosition, to: BinlogPosition },
+    /// Both ends are GTIDs of one domain, the end's sequence number below the start's.
+    #[error("gtid {domain}-?-{to_seq} is before --from (sequence {from_seq})")]
+    Gtid { domain: u32, from_seq: u64, to_seq: u64 },
+    /// Both ends are times, the end before the start.
+    #[error("the end time is before --from")]
+    Time,
+}
+
+/// Errors (shown for `--to`) when `to` lies before `from` in the same coordinate (binlog
 /// position, one GTID domain, or time); mixed forms are not compared.
-pub fn check_range(from: &StartPoint, to: &StartPoint) -> Result<(), String> {
+pub fn check_range(from: &StartPoint, to: &StartPoint) -> Result<(), BackwardRange> {
     match (from, to) {
-        (StartPoint::Binlog(a), StartPoint::Binlog(b)) if b.order_key() < a.order_key() => Err(format!("{b} is before --from {a}")),
+        (StartPoint::Binlog(a), StartPoint::Binlog(b)) if b.order_key() < a.order_key() => {
+            Err(BackwardRange::Binlog { from: a.clone(), to: b.clone() })
+        }
         (StartPoint::Gtid(a), StartPoint::Gtid(b)) => match (StartPoint::single_gtid(a), StartPoint::single_gtid(b)) {
             (Some(a), Some(b)) if a.domain == b.domain && b.seq < a.seq => {
-                Err(format!("gtid {}-?-{} is before --from (sequence {})", b.domain, b.seq, a.seq))
+                Err(BackwardRange::Gtid { domain: a.domain, from_seq: a.seq, to_seq: b.seq })
             }
             _ => Ok(()),
         },
-        (StartPoint::Time(a), StartPoint::Time(b)) if b < a => Err("the end time is before --from".into()),
+        (StartPoint::Time(a), StartPoint::Time(b)) if b < a => Err(BackwardRange::Time),
         _ => Ok(()),
     }
 }

@@ -157,7 +157,7 @@ pub async fn cli(cfg: Config, args: VerifyCli) -> Result<bool, Error> {
     if let Some(l) = &args.metrics_listen {
         crate::telemetry::serve(l, &[("source", cfg.source.name.as_str())])
             .await
-            .map_err(|e| Error::config("--metrics-listen", e.replace("metrics.listen", "--metrics-listen")))?;
+            .map_err(|e| Error::config("--metrics-listen", e.named("--metrics-listen").to_string()))?;
     }
     let shutdown = super::shutdown_signal("verify: stopping");
     let mut sink = LineSink::open(args.mismatches.as_deref())?;
