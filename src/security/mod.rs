@@ -35,7 +35,7 @@ use crate::error::Error;
 pub fn password(inline: Option<&Secret>, file: Option<&Path>, section: &str) -> Result<Option<Secret>, Error> {
     match (inline, file) {
         (Some(p), _) => Ok(Some(p.clone())),
-        (None, Some(f)) => Secret::from_file(f).map(Some).map_err(|r| Error::config(format!("{section}.password_file"), r)),
+        (None, Some(f)) => Secret::from_file(f).map(Some).map_err(|r| Error::config(format!("{section}.password_file"), r.to_string())),
         (None, None) => Ok(None),
     }
 }

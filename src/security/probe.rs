@@ -22,17 +22,50 @@ pub struct TlsReport {
     pub cipher: String,
 }
 
+/// Why a TLS handshake of `binval check` failed; the text is the handshake's own.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// A CA, certificate or key file cannot be used.
+    #[error(transparent)]
+    File(#[from] binval_security::FileError),
+    /// A certificate of the CA file is refused by the root store.
+    #[error("{}: {source}", .path.display())]
+    BadCa { path: std::path::PathBuf, source: rustls::Error },
+    /// The certificate verifier cannot be built (no usable root).
+    #[error("{0}")]
+    Verifier(#[from] rustls::client::VerifierBuilderError),
+    /// The client certificate and key do not form an identity.
+    #[error("client certificate: {0}")]
+    ClientCertificate(rustls::Error),
+    /// `tls.server_name`, or the host, is not a DNS name or IP address.
+    #[error("`{name}` is not a DNS name or IP address: {source}")]
+    ServerName { name: String, source: rustls::pki_types::InvalidDnsNameError },
+    /// The TCP connection was refused or failed.
+    #[error("connect to {host}:{port}: {source}")]
+    Connect { host: String, port: u16, source: std::io::Error },
+    /// The handshake failed (a certificate the mode refuses, a server that does not speak TLS).
+    #[error("{0}")]
+    Handshake(std::io::Error),
+    /// No handshake within the timeout.
+    #[error("no TLS handshake with {host}:{port} within {timeout:?}")]
+    Timeout { host: String, port: u16, timeout: Duration },
+}
+
 /// Handshake with `host:port` as `mode` and `tls` say (the certificate is checked against
 /// `host`, or `tls.server_name`), within `timeout`. Errors are the handshake's own text (a
 /// certificate the mode refuses, a server that does not speak TLS, a refused connection).
-pub async fn probe(host: &str, port: u16, tls: &TlsSettings, mode: TlsMode, timeout: Duration) -> Result<TlsReport, String> {
+pub async fn probe(host: &str, port: u16, tls: &TlsSettings, mode: TlsMode, timeout: Duration) -> Result<TlsReport, ProbeError> {
     binval_security::install_crypto_provider();
     let config = client_config(tls, mode)?;
     let name = tls.server_name.as_deref().unwrap_or(host).trim_start_matches('[').trim_end_matches(']').to_string();
-    let server_name = ServerName::try_from(name.clone()).map_err(|e| format!("`{name}` is not a DNS name or IP address: {e}"))?;
+    let server_name = ServerName::try_from(name.clone()).map_err(|source| ProbeError::ServerName { name: name.clone(), source })?;
     let connect = async {
-        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|e| format!("connect to {host}:{port}: {e}"))?;
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server_name, tcp).await.map_err(|e| e.to_string())?;
+        let tcp = tokio::net::TcpStream::connect((host, port)).await.map_err(|source| ProbeError::Connect {
+            host: host.to_string(),
+            port,
+            source,
+        })?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(server_name, tcp).await.map_err(ProbeError::Handshake)?;
         let (_, conn) = stream.get_ref();
         let version = match conn.protocol_version() {
             Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".to_string(),
@@ -42,15 +75,15 @@ pub async fn probe(host: &str, port: u16, tls: &TlsSettings, mode: TlsMode, time
         let cipher = conn.negotiated_cipher_suite().map(|c| format!("{:?}", c.suite())).unwrap_or_default();
         Ok(TlsReport { version, cipher })
     };
-    tokio::time::timeout(timeout, connect).await.map_err(|_| format!("no TLS handshake with {host}:{port} within {timeout:?}"))?
+    tokio::time::timeout(timeout, connect).await.map_err(|_| ProbeError::Timeout { host: host.to_string(), port, timeout })?
 }
 
-fn client_config(tls: &TlsSettings, mode: TlsMode) -> Result<ClientConfig, String> {
+fn client_config(tls: &TlsSettings, mode: TlsMode) -> Result<ClientConfig, ProbeError> {
     let mut roots = RootCertStore::empty();
     match &tls.ca_file {
         Some(ca) => {
             for c in binval_security::tls::read_certificates(ca)? {
-                roots.add(c).map_err(|e| format!("{}: {e}", ca.display()))?;
+                roots.add(c).map_err(|source| ProbeError::BadCa { path: ca.clone(), source })?;
             }
         }
         None => {
@@ -59,13 +92,13 @@ fn client_config(tls: &TlsSettings, mode: TlsMode) -> Result<ClientConfig, Strin
             }
         }
     }
-    let webpki = WebPkiServerVerifier::builder(Arc::new(roots)).build().map_err(|e| e.to_string())?;
+    let webpki = WebPkiServerVerifier::builder(Arc::new(roots)).build()?;
     let verifier = Arc::new(ModeVerifier { inner: webpki, mode });
     let builder = ClientConfig::builder().dangerous().with_custom_certificate_verifier(verifier);
     match (&tls.client_cert_file, &tls.client_key_file) {
         (Some(c), Some(k)) => builder
             .with_client_auth_cert(binval_security::tls::read_certificates(c)?, binval_security::tls::read_key(k)?)
-            .map_err(|e| format!("client certificate: {e}")),
+            .map_err(ProbeError::ClientCertificate),
         _ => Ok(builder.with_no_client_auth()),
     }
 }

@@ -162,7 +162,7 @@ fn security(mut b: binval_consumer::ConsumerBuilder) -> anyhow::Result<binval_co
         let mode = env(&format!("BINVAL_{svc}_TLS_MODE"))
             .map(|m| m.parse())
             .transpose()
-            .map_err(|e: String| anyhow::anyhow!("BINVAL_{svc}_TLS_MODE={e}"))?;
+            .map_err(|e: binval_consumer::UnknownValue| anyhow::anyhow!("BINVAL_{svc}_TLS_MODE={e}"))?;
         let file = |n: &str| env(&format!("BINVAL_{svc}_TLS_{n}_FILE")).map(std::path::PathBuf::from);
         Ok(TlsSettings { mode, ca_file: file("CA"), client_cert_file: file("CERT"), client_key_file: file("KEY"), server_name: None })
     };
@@ -171,7 +171,7 @@ fn security(mut b: binval_consumer::ConsumerBuilder) -> anyhow::Result<binval_co
         b = b.redis_user(env("BINVAL_REDIS_USERNAME").as_deref(), p);
     }
     if let Some(m) = env("BINVAL_KAFKA_SASL_MECHANISM") {
-        let mechanism = m.parse().map_err(|e: String| anyhow::anyhow!("BINVAL_KAFKA_SASL_MECHANISM={e}"))?;
+        let mechanism = m.parse().map_err(|e: binval_consumer::UnknownValue| anyhow::anyhow!("BINVAL_KAFKA_SASL_MECHANISM={e}"))?;
         let username =
             env("BINVAL_KAFKA_SASL_USERNAME").context("BINVAL_KAFKA_SASL_USERNAME is required with BINVAL_KAFKA_SASL_MECHANISM")?;
         let password = password("BINVAL_KAFKA_SASL_PASSWORD")?

@@ -775,7 +775,7 @@ mod stats;
 
 /// The settings of secure connections ([`ConsumerBuilder::redis_tls`], [`ConsumerBuilder::redis_user`],
 /// [`ConsumerBuilder::kafka_tls`], [`ConsumerBuilder::kafka_sasl`]), shared with the binval service.
-pub use binval_security::{KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings};
+pub use binval_security::{FileError, KafkaSasl, SaslMechanism, Secret, TlsMode, TlsSettings, UnknownValue};
 pub use builder::ConsumerBuilder;
 pub use consumer::{CacheMode, Consumer, Flagged, OnSourceBehind, Stale};
 pub use counts::LEARNED_COUNT_ENTRIES;

@@ -52,14 +52,14 @@ impl SaslMechanism {
 }
 
 impl std::str::FromStr for SaslMechanism {
-    type Err = String;
+    type Err = crate::UnknownValue;
 
     /// `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512` (case-insensitive).
-    fn from_str(s: &str) -> Result<SaslMechanism, String> {
+    fn from_str(s: &str) -> Result<SaslMechanism, crate::UnknownValue> {
         [SaslMechanism::Plain, SaslMechanism::ScramSha256, SaslMechanism::ScramSha512]
             .into_iter()
             .find(|m| m.as_str().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| format!("`{s}`: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"))
+            .ok_or_else(|| crate::UnknownValue { given: s.to_string(), accepted: "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512" })
     }
 }
 
@@ -109,7 +109,7 @@ impl SaslSettings {
         self.validate(section)?;
         let password = match (&self.password, &self.password_file) {
             (Some(p), _) => p.clone(),
-            (None, Some(f)) => Secret::from_file(f).map_err(|r| FieldError::new(format!("{section}.password_file"), r))?,
+            (None, Some(f)) => Secret::from_file(f).map_err(|r| FieldError::new(format!("{section}.password_file"), r.to_string()))?,
             (None, None) => unreachable!("validated"),
         };
         Ok(KafkaSasl { mechanism: self.mechanism, username: self.username.clone(), password })

@@ -21,12 +21,14 @@
 //! process default once, so a rustls config built anywhere in the process finds it.
 
 pub mod checks;
+pub mod file_error;
 pub mod kafka;
 pub mod redact;
 pub mod redis_tls;
 pub mod secret;
 pub mod tls;
 
+pub use file_error::{FileError, UnknownValue};
 pub use kafka::{KafkaSasl, SaslMechanism, SaslSettings};
 pub use redact::{redact_text, redact_url, redact_urls};
 pub use redis_tls::RedisAuth;

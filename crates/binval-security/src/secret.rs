@@ -23,11 +23,11 @@ impl Secret {
     /// whole file without its trailing line break (`\n` or `\r\n`), since `echo pw > file`
     /// and most editors add one. Errors name the file (never its content); an empty file is
     /// an error (an empty password is almost always a mistake in the mount).
-    pub fn from_file(path: &std::path::Path) -> Result<Secret, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+    pub fn from_file(path: &std::path::Path) -> Result<Secret, crate::FileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| crate::FileError::Read { path: path.into(), source })?;
         let value = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text);
         if value.is_empty() {
-            return Err(format!("`{}` is empty", path.display()));
+            return Err(crate::FileError::Empty { path: path.into() });
         }
         Ok(Secret(value.to_string()))
     }
@@ -60,7 +60,7 @@ mod tests {
             std::fs::write(&p, content).unwrap();
             assert_eq!(Secret::from_file(&p).ok().as_ref().map(Secret::expose), want, "{content:?}");
         }
-        let e = Secret::from_file(&dir.join("missing")).unwrap_err();
+        let e = Secret::from_file(&dir.join("missing")).unwrap_err().to_string();
         assert!(e.contains("missing"), "{e}");
         let _ = std::fs::remove_dir_all(dir);
     }

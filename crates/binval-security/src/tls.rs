@@ -17,6 +17,8 @@
 use std::path::{Path, PathBuf};
 
 use rustls::pki_types::pem::PemObject;
+
+use crate::FileError;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
@@ -63,14 +65,14 @@ impl TlsMode {
 }
 
 impl std::str::FromStr for TlsMode {
-    type Err = String;
+    type Err = crate::UnknownValue;
 
     /// `disabled`, `required`, `verify-ca`, `verify-identity` (as in a config file).
-    fn from_str(s: &str) -> Result<TlsMode, String> {
+    fn from_str(s: &str) -> Result<TlsMode, crate::UnknownValue> {
         [TlsMode::Disabled, TlsMode::Required, TlsMode::VerifyCa, TlsMode::VerifyIdentity]
             .into_iter()
             .find(|m| m.as_str() == s.trim())
-            .ok_or_else(|| format!("`{s}`: use disabled, required, verify-ca or verify-identity"))
+            .ok_or_else(|| crate::UnknownValue { given: s.to_string(), accepted: "disabled, required, verify-ca or verify-identity" })
     }
 }
 
@@ -162,11 +164,11 @@ impl TlsSettings {
         let field = |f: &str| format!("{section}.{f}");
         self.validate(section)?;
         if let Some(ca) = &self.ca_file {
-            read_certificates(ca).map_err(|r| FieldError::new(field("ca_file"), r))?;
+            read_certificates(ca).map_err(|r| FieldError::new(field("ca_file"), r.to_string()))?;
         }
         if let (Some(c), Some(k)) = (&self.client_cert_file, &self.client_key_file) {
-            read_certificates(c).map_err(|r| FieldError::new(field("client_cert_file"), r))?;
-            read_key(k).map_err(|r| FieldError::new(field("client_key_file"), r))?;
+            read_certificates(c).map_err(|r| FieldError::new(field("client_cert_file"), r.to_string()))?;
+            read_key(k).map_err(|r| FieldError::new(field("client_key_file"), r.to_string()))?;
         }
         Ok(())
     }
@@ -252,24 +254,24 @@ fn read_file(path: Option<&Path>, field: &str) -> Result<Option<Vec<u8>>, FieldE
 }
 
 /// The certificates of a PEM file; at least one.
-pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, FileError> {
+    let bytes = std::fs::read(path).map_err(|source| FileError::Read { path: path.into(), source })?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("`{}` is not PEM certificates: {e}", path.display()))?;
+        .map_err(|source| FileError::NotCertificates { path: path.into(), source })?;
     if certs.is_empty() {
-        return Err(format!("`{}` holds no PEM certificate (-----BEGIN CERTIFICATE-----)", path.display()));
+        return Err(FileError::NoCertificate { path: path.into() });
     }
     Ok(certs)
 }
 
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1; not encrypted).
-pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, FileError> {
+    let bytes = std::fs::read(path).map_err(|source| FileError::Read { path: path.into(), source })?;
     if String::from_utf8_lossy(&bytes).contains("ENCRYPTED") {
-        return Err(format!("`{}` is an encrypted key: binval reads unencrypted PEM keys (protect the file instead)", path.display()));
+        return Err(FileError::EncryptedKey { path: path.into() });
     }
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| format!("`{}` holds no PEM private key: {e}", path.display()))
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|source| FileError::NoKey { path: path.into(), source })
 }
 
 #[cfg(test)]
