@@ -86,14 +86,31 @@ impl MariadbGtidEvent {
     }
 }
 
+/// Event bytes that must not reach mysql_common's `Event::read` ([`check_event_bytes`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShortEvent {
+    /// Fewer bytes than the 19-byte event header.
+    #[error("{len} bytes, shorter than an event header")]
+    NoHeader {
+        /// The event's length, bytes.
+        len: usize,
+    },
+    /// A body shorter than the 4-byte CRC32 checksum the format announces.
+    #[error("event of {len} bytes has no room for its checksum")]
+    NoChecksum {
+        /// The event's length, bytes.
+        len: usize,
+    },
+}
+
 /// Check that an event's bytes (`bytes`: header, body and checksum, as long as the header's
 /// event size) can be handed to mysql_common's `Event::read` under `fde`: it subtracts the
 /// checksum length from the body without checking it (an overflow panic, found by fuzzing),
 /// so a body shorter than its checksum is refused here. `Err` says why.
-pub fn check_event_bytes(fde: &mysql_common::binlog::events::FormatDescriptionEvent<'_>, bytes: &[u8]) -> Result<(), String> {
+pub fn check_event_bytes(fde: &mysql_common::binlog::events::FormatDescriptionEvent<'_>, bytes: &[u8]) -> Result<(), ShortEvent> {
     use mysql_common::binlog::events::BinlogEventFooter;
     if bytes.len() < BinlogEventHeader::LEN {
-        return Err(format!("{} bytes, shorter than an event header", bytes.len()));
+        return Err(ShortEvent::NoHeader { len: bytes.len() });
     }
     if bytes[4] == EventType::FORMAT_DESCRIPTION_EVENT as u8 {
         // Its own footer decides; mysql_common checks its length before using it.
@@ -106,7 +123,7 @@ pub fn check_event_bytes(fde: &mysql_common::binlog::events::FormatDescriptionEv
             Ok(None) | Ok(Some(mysql_common::binlog::consts::BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_OFF))
         );
     if checksum && bytes.len() < BinlogEventHeader::LEN + BinlogEventFooter::BINLOG_CHECKSUM_LEN {
-        return Err(format!("event of {} bytes has no room for its checksum", bytes.len()));
+        return Err(ShortEvent::NoChecksum { len: bytes.len() });
     }
     Ok(())
 }

@@ -53,21 +53,33 @@ pub fn previous_gtids(ev: &PreviousGtidsEvent<'_>) -> MysqlGtidSet {
     out.parse().unwrap_or_default()
 }
 
+/// A member of a MySQL GTID set that mysql_common cannot encode for `COM_BINLOG_DUMP_GTID`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DumpSidError {
+    /// A UUID that is not 32 hex digits (with or without dashes).
+    #[error("GTID UUID {0}")]
+    Uuid(String),
+    /// A GTID tag (MySQL 8.3+) mysql_common refuses.
+    #[error("GTID tag {tag}: {reason}")]
+    Tag { tag: String, reason: String },
+}
+
 /// The set as `COM_BINLOG_DUMP_GTID` carries it: one [`Sid`] per UUID and tag, intervals
 /// half-open. Errors name a UUID or tag mysql_common cannot encode (none that
 /// [`MysqlGtidSet`] parses).
-pub fn dump_sids(set: &MysqlGtidSet) -> Result<Vec<Sid<'static>>, String> {
+pub fn dump_sids(set: &MysqlGtidSet) -> Result<Vec<Sid<'static>>, DumpSidError> {
     set.members()
         .map(|(uuid, tag, ivs)| {
             let hex: String = uuid.chars().filter(|c| *c != '-').collect();
             let mut bytes = [0u8; 16];
             for (i, b) in bytes.iter_mut().enumerate() {
-                *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(|| format!("GTID UUID {uuid}"))?, 16)
-                    .map_err(|_| format!("GTID UUID {uuid}"))?;
+                *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(|| DumpSidError::Uuid(uuid.to_string()))?, 16)
+                    .map_err(|_| DumpSidError::Uuid(uuid.to_string()))?;
             }
             let mut sid = Sid::new(bytes).with_intervals(ivs.iter().map(|&(a, b)| GnoInterval::new(a, b + 1)).collect());
             if !tag.is_empty() {
-                sid = sid.with_tag(Tag::new(tag.to_string()).map_err(|e| format!("GTID tag {tag}: {e}"))?);
+                sid =
+                    sid.with_tag(Tag::new(tag.to_string()).map_err(|e| DumpSidError::Tag { tag: tag.to_string(), reason: e.to_string() })?);
             }
             Ok(sid)
         })

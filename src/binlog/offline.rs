@@ -223,20 +223,28 @@ fn read_event(
     }
     buf.resize(size as usize, 0);
     f.read_exact(&mut buf[HEADER_LEN..]).map_err(io)?;
-    crate::binlog::framing::check_event_bytes(esr.get_fde(), &buf).map_err(|detail| OfflineError::Corrupt {
+    crate::binlog::framing::check_event_bytes(esr.get_fde(), &buf).map_err(|e| OfflineError::Corrupt {
         file: file.clone(),
         pos,
-        detail,
+        detail: e.to_string(),
     })?;
     let ev = esr.read(&buf[..]).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
     let Some(ev) = ev else { return Ok(None) };
-    verify_checksum(&ev).map_err(|detail| OfflineError::Corrupt { file: file.clone(), pos, detail })?;
+    verify_checksum(&ev).map_err(|e| OfflineError::Corrupt { file: file.clone(), pos, detail: e.to_string() })?;
     Ok(Some((ev, size)))
+}
+
+/// An event whose stored CRC32 differs from the one computed over its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("CRC32 checksum mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+struct ChecksumMismatch {
+    stored: u32,
+    computed: u32,
 }
 
 /// Check an event's CRC32 checksum, when the file's FORMAT_DESCRIPTION announces them
 /// (`binlog_checksum=CRC32`). mysql_common strips checksums without checking them.
-fn verify_checksum(ev: &Event) -> Result<(), String> {
+fn verify_checksum(ev: &Event) -> Result<(), ChecksumMismatch> {
     use mysql_common::binlog::consts::BinlogChecksumAlg;
     let footer = ev.footer();
     if !footer.get_checksum_enabled() || footer.get_checksum_alg() != Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) {
@@ -246,7 +254,7 @@ fn verify_checksum(ev: &Event) -> Result<(), String> {
     let stored = u32::from_le_bytes(stored);
     let computed = ev.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
     if stored != computed {
-        return Err(format!("CRC32 checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"));
+        return Err(ChecksumMismatch { stored, computed });
     }
     Ok(())
 }

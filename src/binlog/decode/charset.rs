@@ -109,8 +109,8 @@ impl Charset {
 
     /// Decode `bytes`. `Err` carries the charset name: the bytes are not valid in it, or it is
     /// a charset binval does not convert and the value is not ASCII.
-    pub fn decode(&self, bytes: Vec<u8>) -> Result<String, String> {
-        let bad = || self.name.clone();
+    pub fn decode(&self, bytes: Vec<u8>) -> Result<String, NotInCharset> {
+        let bad = || NotInCharset { charset: self.name.clone() };
         match self.kind {
             Kind::NoInfo | Kind::Utf8 => String::from_utf8(bytes).map_err(|_| bad()),
             Kind::Latin1 => {
@@ -152,20 +152,29 @@ impl Charset {
     }
 }
 
+/// Text bytes that are not valid in their column's charset, or non-ASCII text of a charset
+/// binval does not convert (see the module docs for the converted ones).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("text not valid in charset {charset}")]
+pub struct NotInCharset {
+    /// The charset's name, e.g. `utf16` (`collation id N` when unknown).
+    pub charset: String,
+}
+
 /// Decode `bytes` of collation `id` ([`Charset::of`] then [`Charset::decode`]). `Err` carries
 /// the charset name (or `collation id N`).
-pub fn decode(id: u16, bytes: Vec<u8>) -> Result<String, String> {
+pub fn decode(id: u16, bytes: Vec<u8>) -> Result<String, NotInCharset> {
     Charset::of(id).decode(bytes)
 }
 
 /// The previous per-value implementation, kept as the reference of the tests.
 #[cfg(test)]
-fn decode_reference(id: u16, bytes: Vec<u8>) -> Result<String, String> {
+fn decode_reference(id: u16, bytes: Vec<u8>) -> Result<String, NotInCharset> {
     if id == 0 {
-        return String::from_utf8(bytes).map_err(|_| "unknown (no charset in the binlog metadata)".to_string());
+        return String::from_utf8(bytes).map_err(|_| NotInCharset { charset: "unknown (no charset in the binlog metadata)".to_string() });
     }
     let name = charset_name(id);
-    let bad = || name.clone().unwrap_or_else(|| format!("collation id {id}"));
+    let bad = || NotInCharset { charset: name.clone().unwrap_or_else(|| format!("collation id {id}")) };
     match name.as_deref() {
         Some("utf8mb4") | Some("utf8mb3") | Some("utf8") | Some("ascii") => String::from_utf8(bytes).map_err(|_| bad()),
         Some("latin1") => Ok(bytes.iter().map(|&b| cp1252(b)).collect()),
@@ -278,11 +287,11 @@ mod tests {
         assert_eq!(decode(60, vec![0, 0, 0, b'A', 0, 1, 0xF3, 0x89]).unwrap(), "A🎉");
         assert_eq!(decode(28, b"plain".to_vec()).unwrap(), "plain");
         assert_eq!(decode(28, vec![0xC4, 0xE3]).unwrap(), "你");
-        assert_eq!(decode(28, vec![0xC4]).unwrap_err(), "gbk");
-        assert_eq!(decode(28, vec![0x80]).unwrap_err(), "gbk");
-        assert_eq!(decode(28, vec![0x81, 0x30, 0x81, 0x30]).unwrap_err(), "gbk", "GB18030 four-byte sequences are not gbk");
+        assert_eq!(decode(28, vec![0xC4]).unwrap_err().charset, "gbk");
+        assert_eq!(decode(28, vec![0x80]).unwrap_err().charset, "gbk");
+        assert_eq!(decode(28, vec![0x81, 0x30, 0x81, 0x30]).unwrap_err().charset, "gbk", "GB18030 four-byte sequences are not gbk");
         assert_eq!(decode(1069, b"nopad".to_vec()).unwrap(), "nopad");
-        assert_eq!(decode(9999, b"x".to_vec()).unwrap_err(), "collation id 9999");
+        assert_eq!(decode(9999, b"x".to_vec()).unwrap_err().charset, "collation id 9999");
         assert!(decode(45, vec![0xFF]).is_err());
     }
 

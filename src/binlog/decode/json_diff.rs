@@ -4,19 +4,34 @@
 
 use serde_json::Value as Json;
 
+/// A JSON diff that cannot be applied to the before value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonDiffError {
+    /// A path with wildcards, ranges or `last`, which MySQL never writes in a diff.
+    #[error("unsupported JSON path {0:?}")]
+    Path(String),
+    /// The diff does not fit the before value; `operation` is REPLACE, INSERT or REMOVE.
+    #[error("{operation} at {path}: {why}")]
+    DoesNotFit { operation: String, path: String, why: String },
+}
+
 /// Apply MySQL JSON diffs (PARTIAL_UPDATE_ROWS, `binlog_row_value_options=PARTIAL_JSON`) to
 /// the before value of the column, as the replica does (MySQL sql/json_diff.cc,
 /// `Json_diff_vector` / `apply_json_diffs`): REPLACE sets the value at an existing path; INSERT
 /// adds an object member or inserts into an array at the index (appends past the end); REMOVE
 /// deletes the member or element. Diffs apply in order. Values are converted like full JSON
 /// values (mysql_common's binary JSON parser). Errors name the diff that does not fit.
-pub fn apply_json_diffs(base: &Json, diffs: &[mysql_common::binlog::jsondiff::JsonDiff<'_>]) -> Result<Json, String> {
+pub fn apply_json_diffs(base: &Json, diffs: &[mysql_common::binlog::jsondiff::JsonDiff<'_>]) -> Result<Json, JsonDiffError> {
     use mysql_common::binlog::jsondiff::JsonDiffOperation as Op;
     let mut doc = base.clone();
     for d in diffs {
         let path = d.path_str();
-        let legs = json_path_legs(&path).ok_or_else(|| format!("unsupported JSON path {path:?}"))?;
-        let bad = |why: &str| format!("{:?} at {path}: {why}", d.operation());
+        let legs = json_path_legs(&path).ok_or_else(|| JsonDiffError::Path(path.to_string()))?;
+        let bad = |why: &str| JsonDiffError::DoesNotFit {
+            operation: format!("{:?}", d.operation()),
+            path: path.to_string(),
+            why: why.to_string(),
+        };
         let value = match d.value() {
             Some(v) => Some(Json::from(v.clone().parse().map_err(|e| bad(&format!("value unreadable: {e}")))?)),
             None => None,
@@ -159,7 +174,7 @@ mod tests {
         let d = apply_json_diffs(&serde_json::json!({"r": 1}), &[diff(replace, "$.r", Some(&[0x04, 0x00]))]).unwrap();
         assert_eq!(d, serde_json::json!({"r": null}));
         // A diff that does not fit the before value is an error, not a guess.
-        assert!(apply_json_diffs(&base, &[diff(replace, "$.missing", Some(&[0x05, 1, 0]))]).unwrap_err().contains("$.missing"));
+        assert!(apply_json_diffs(&base, &[diff(replace, "$.missing", Some(&[0x05, 1, 0]))]).unwrap_err().to_string().contains("$.missing"));
         assert!(apply_json_diffs(&base, &[diff(remove, "$.a.b", None)]).is_err());
         assert!(apply_json_diffs(&arr, &[diff(replace, "$[7]", Some(&[0x05, 1, 0]))]).is_err());
     }

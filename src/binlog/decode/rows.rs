@@ -218,7 +218,7 @@ fn read_image<'de>(
                     let base = before
                         .and_then(|b| b.get(&*col.name))
                         .ok_or_else(|| partial("the before image does not hold the column (binlog_row_image is not FULL)".into()))?;
-                    apply_json_diffs(base, &diffs).map_err(partial)?
+                    apply_json_diffs(base, &diffs).map_err(|e| partial(e.to_string()))?
                 }
                 v => value_to_json(&table.name, col, v)?,
             }

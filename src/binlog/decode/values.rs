@@ -220,9 +220,9 @@ fn text_or_base64(table: &str, col: &ColumnSchema, b: Vec<u8>) -> Result<Json, D
     if col.charset == BINARY_CHARSET {
         return Ok(Json::String(base64::engine::general_purpose::STANDARD.encode(b)));
     }
-    col.text.decode(b).map(Json::String).map_err(|charset| DecodeError::BadText {
+    col.text.decode(b).map(Json::String).map_err(|e| DecodeError::BadText {
         table: table.into(),
         column: col.name.to_string(),
-        charset,
+        charset: e.charset,
     })
 }

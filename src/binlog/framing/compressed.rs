@@ -76,18 +76,18 @@ pub fn uncompress_mariadb_event(ev: &Event) -> Result<Event, DecodeError> {
         fde.with_footer(footer)
     };
     let data = ev.data();
-    let framed = reframe(&fde, header, plain, data).map_err(&err)?;
+    let framed = reframe(&fde, header, plain, data).map_err(|e| err(e.to_string()))?;
     let clear_len = match framed.read_data() {
         Ok(Some(EventData::QueryEvent(q))) => data.len() - q.query_raw().len(),
         Ok(Some(EventData::RowsEvent(r))) => data.len() - r.rows_data().len(),
         Ok(_) => return Err(err(format!("mysql_common does not read it as a {plain:?}"))),
         Err(e) => return Err(err(format!("its uncompressed part is unreadable: {e}"))),
     };
-    let tail = uncompress_record(&data[clear_len..]).map_err(&err)?;
+    let tail = uncompress_record(&data[clear_len..]).map_err(|e| err(e.to_string()))?;
     let mut plain_data = Vec::with_capacity(clear_len + tail.len());
     plain_data.extend_from_slice(&data[..clear_len]);
     plain_data.extend_from_slice(&tail);
-    reframe(&fde, header, plain, &plain_data).map_err(err)
+    reframe(&fde, header, plain, &plain_data).map_err(|e| err(e.to_string()))
 }
 
 /// An event of type `ty` with the header fields of `header` and body `data`, read back by
@@ -97,38 +97,64 @@ fn reframe(
     header: BinlogEventHeader,
     ty: EventType,
     data: &[u8],
-) -> Result<Event, String> {
+) -> Result<Event, RecordError> {
     let size = BinlogEventHeader::LEN + data.len();
-    let size32 = u32::try_from(size).map_err(|_| format!("uncompressed event of {size} bytes exceeds the 4 GiB event size limit"))?;
+    let size32 = u32::try_from(size).map_err(|_| RecordError::TooLarge { size })?;
     let h = BinlogEventHeader::new(header.timestamp(), ty, header.server_id(), size32, header.log_pos(), header.flags());
     let mut buf = Vec::with_capacity(size);
     h.serialize(&mut buf);
     buf.extend_from_slice(data);
-    Event::read(fde, &buf[..]).map_err(|e| format!("rebuilt {ty:?} unreadable: {e}"))
+    Event::read(fde, &buf[..]).map_err(|source| RecordError::Rebuilt { ty, source })
+}
+
+/// Why a MariaDB compressed record cannot be turned back into its plain event; the text
+/// becomes the `detail` of [`DecodeError::Compressed`].
+#[derive(Debug, thiserror::Error)]
+enum RecordError {
+    #[error("the compressed record is empty")]
+    Empty,
+    #[error("record header byte {h:#04x} lacks the compressed flag 0x80")]
+    NotCompressed { h: u8 },
+    #[error("record header byte {h:#04x} names compression algorithm {alg}; MariaDB defines only 0 (zlib)")]
+    Algorithm { h: u8, alg: u8 },
+    #[error("record header byte {h:#04x} gives a {lenlen}-byte length; MariaDB writes 1 to 4")]
+    LengthBytes { h: u8, lenlen: usize },
+    #[error("record ends inside its {lenlen}-byte length")]
+    EndsInLength { lenlen: usize },
+    #[error("record announces an uncompressed length of 0")]
+    ZeroLength,
+    #[error("zlib data ({bytes} bytes) is corrupt: {source}")]
+    Zlib { bytes: usize, source: std::io::Error },
+    #[error("zlib data gives {got} bytes, the record header announces {announced}")]
+    Length { got: usize, announced: usize },
+    #[error("uncompressed event of {size} bytes exceeds the 4 GiB event size limit")]
+    TooLarge { size: usize },
+    #[error("rebuilt {ty:?} unreadable: {source}")]
+    Rebuilt { ty: EventType, source: std::io::Error },
 }
 
 /// Decompress one MariaDB compressed record (see [`uncompress_mariadb_event`] for the format).
 /// The result has exactly the announced length, or this is an error.
-fn uncompress_record(rec: &[u8]) -> Result<Vec<u8>, String> {
+fn uncompress_record(rec: &[u8]) -> Result<Vec<u8>, RecordError> {
     use std::io::Read as _;
-    let (&h, rest) = rec.split_first().ok_or("the compressed record is empty")?;
+    let (&h, rest) = rec.split_first().ok_or(RecordError::Empty)?;
     if h & 0x80 == 0 {
-        return Err(format!("record header byte {h:#04x} lacks the compressed flag 0x80"));
+        return Err(RecordError::NotCompressed { h });
     }
     let alg = (h & 0x70) >> 4;
     if alg != 0 {
-        return Err(format!("record header byte {h:#04x} names compression algorithm {alg}; MariaDB defines only 0 (zlib)"));
+        return Err(RecordError::Algorithm { h, alg });
     }
     let lenlen = (h & 0x07) as usize;
     if !(1..=4).contains(&lenlen) {
-        return Err(format!("record header byte {h:#04x} gives a {lenlen}-byte length; MariaDB writes 1 to 4"));
+        return Err(RecordError::LengthBytes { h, lenlen });
     }
     if rest.len() < lenlen {
-        return Err(format!("record ends inside its {lenlen}-byte length"));
+        return Err(RecordError::EndsInLength { lenlen });
     }
     let len = rest[..lenlen].iter().fold(0usize, |a, &b| (a << 8) | b as usize);
     if len == 0 {
-        return Err("record announces an uncompressed length of 0".into());
+        return Err(RecordError::ZeroLength);
     }
     // The announced length (up to 4 GiB) only bounds the output: the buffer grows with the
     // bytes zlib actually gives, so a lying header cannot make binval allocate gigabytes.
@@ -136,9 +162,9 @@ fn uncompress_record(rec: &[u8]) -> Result<Vec<u8>, String> {
     flate2::read::ZlibDecoder::new(&rest[lenlen..])
         .take(len as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| format!("zlib data ({} bytes) is corrupt: {e}", rest.len() - lenlen))?;
+        .map_err(|source| RecordError::Zlib { bytes: rest.len() - lenlen, source })?;
     if out.len() != len {
-        return Err(format!("zlib data gives {} bytes, the record header announces {len}", out.len()));
+        return Err(RecordError::Length { got: out.len(), announced: len });
     }
     Ok(out)
 }
@@ -172,22 +198,22 @@ mod tests {
 
         let mut bad = record(&small, 1);
         bad[0] = 0x01;
-        assert!(uncompress_record(&bad).unwrap_err().contains("lacks the compressed flag"));
+        assert!(uncompress_record(&bad).unwrap_err().to_string().contains("lacks the compressed flag"));
         bad[0] = 0x91;
-        assert!(uncompress_record(&bad).unwrap_err().contains("algorithm 1"));
+        assert!(uncompress_record(&bad).unwrap_err().to_string().contains("algorithm 1"));
         bad[0] = 0x85;
-        assert!(uncompress_record(&bad).unwrap_err().contains("5-byte length"));
+        assert!(uncompress_record(&bad).unwrap_err().to_string().contains("5-byte length"));
         let mut wrong_len = record(&small, 1);
         wrong_len[1] += 1;
-        assert!(uncompress_record(&wrong_len).unwrap_err().contains("announces 31"));
+        assert!(uncompress_record(&wrong_len).unwrap_err().to_string().contains("announces 31"));
         let mut corrupt = record(&huge, 3);
         let n = corrupt.len();
         corrupt[n - 2] ^= 0xff; // the zlib stream's Adler-32
-        assert!(uncompress_record(&corrupt).unwrap_err().contains("corrupt"));
+        assert!(uncompress_record(&corrupt).unwrap_err().to_string().contains("corrupt"));
         let truncated = &record(&huge, 3)[..40];
         assert!(uncompress_record(truncated).is_err());
         assert!(uncompress_record(&[]).is_err());
-        assert!(uncompress_record(&[0x82, 0x01]).unwrap_err().contains("ends inside"));
+        assert!(uncompress_record(&[0x82, 0x01]).unwrap_err().to_string().contains("ends inside"));
     }
 
     #[test]

@@ -96,25 +96,62 @@ pub fn transaction_payload_events(ev: &Event) -> Result<Vec<Event>, DecodeError>
     Ok(events)
 }
 
+/// A TRANSACTION_PAYLOAD header that mysql_common 0.37 would panic on ([`check_payload_header`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadHeaderError {
+    /// The header ends inside a field.
+    #[error("the header ends inside a field")]
+    EndsInField,
+    /// The header ends inside a length-encoded integer.
+    #[error("the header ends inside a length-encoded integer")]
+    EndsInInteger,
+    /// A length-encoded integer starting with 0xfb or 0xff.
+    #[error("bad length-encoded integer (first byte {first:#04x})")]
+    Lenenc {
+        /// Its first byte.
+        first: u8,
+    },
+    /// A compression type other than ZSTD (0) or NONE (255).
+    #[error("compression type {alg} is neither ZSTD (0) nor NONE (255)")]
+    Compression {
+        /// The type read.
+        alg: u64,
+    },
+    /// A field type above 255.
+    #[error("field type {t} is not a header field")]
+    FieldType {
+        /// The type read.
+        t: u64,
+    },
+    /// An unknown field whose length runs past the header.
+    #[error("a field of {len} bytes runs past the header's {left} bytes")]
+    PastEnd {
+        /// The field's length, bytes.
+        len: u64,
+        /// Bytes left in the header.
+        left: usize,
+    },
+}
+
 /// Check the header fields of a TRANSACTION_PAYLOAD event body (`data`, checksum excluded)
 /// the way mysql_common 0.37 reads them, before it does: it panics on a field type above 255,
 /// a compression type other than ZSTD (0) or NONE (255), and an unknown field whose length
 /// runs past the body (found by fuzzing). Errors say which; the rest (sizes against the body)
 /// mysql_common checks itself.
-pub fn check_payload_header(data: &[u8]) -> Result<(), String> {
+pub fn check_payload_header(data: &[u8]) -> Result<(), PayloadHeaderError> {
     /// A length-encoded integer as mysql_common's `read_lenenc_int` reads it (0xfb and 0xff
     /// refused), or as `eat_lenenc_int` does (`lenient`: they are 0).
-    fn lenenc(buf: &mut &[u8], lenient: bool) -> Result<u64, String> {
-        let (&first, rest) = buf.split_first().ok_or("the header ends inside a field")?;
+    fn lenenc(buf: &mut &[u8], lenient: bool) -> Result<u64, PayloadHeaderError> {
+        let (&first, rest) = buf.split_first().ok_or(PayloadHeaderError::EndsInField)?;
         let n = match first {
             0..=0xfa => 0,
             0xfc => 2,
             0xfd => 3,
             0xfe => 8,
             _ if lenient => 0,
-            _ => return Err(format!("bad length-encoded integer (first byte {first:#04x})")),
+            _ => return Err(PayloadHeaderError::Lenenc { first }),
         };
-        let bytes = rest.get(..n).ok_or("the header ends inside a length-encoded integer")?;
+        let bytes = rest.get(..n).ok_or(PayloadHeaderError::EndsInInteger)?;
         *buf = &rest[n..];
         Ok(if n == 0 {
             if first <= 0xfa {
@@ -138,14 +175,14 @@ pub fn check_payload_header(data: &[u8]) -> Result<(), String> {
                 lenenc(&mut buf, false)?;
                 let alg = lenenc(&mut buf, false)?;
                 if alg != 0 && alg != 255 {
-                    return Err(format!("compression type {alg} is neither ZSTD (0) nor NONE (255)"));
+                    return Err(PayloadHeaderError::Compression { alg });
                 }
             }
-            t if t > 255 => return Err(format!("field type {t} is not a header field")),
+            t if t > 255 => return Err(PayloadHeaderError::FieldType { t }),
             _ => {
                 let len = lenenc(&mut buf, true)?;
                 if len > buf.len() as u64 {
-                    return Err(format!("a field of {len} bytes runs past the header's {} bytes", buf.len()));
+                    return Err(PayloadHeaderError::PastEnd { len, left: buf.len() });
                 }
                 buf = &buf[len as usize..];
             }
