@@ -127,14 +127,14 @@ impl Binval {
         let port = free_port()?;
         let cfg = bench.config(cell, start, topic, port)?;
         let log = binval_testkit::state_root().join(format!("{}_{cell}.log", bench.prefix));
-        let child = Command::new(env!("CARGO_BIN_EXE_binval"))
-            .arg("run")
-            .arg("--config")
-            .arg(&cfg)
-            .env("RUST_LOG", "binval=info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_binval"));
+        cmd.arg("run").arg("--config").arg(&cfg).env("RUST_LOG", "binval=info");
+        // `BENCH_BINVAL_WORKERS=N`: binval's tokio worker threads (tokio's TOKIO_WORKER_THREADS),
+        // for binval alone, not for the bench's own writer and app instances.
+        if let Ok(n) = std::env::var("BENCH_BINVAL_WORKERS") {
+            cmd.env("TOKIO_WORKER_THREADS", n);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log)?).spawn()?;
         Ok(Binval { child, log, metrics: Scraper { addr: format!("127.0.0.1:{port}") } })
     }
 

@@ -21,6 +21,7 @@
 //! | `BENCH_CATCHUP` | 150000 | transactions of the catch-up backlog (0: no catch-up table) |
 //! | `BENCH_PYTHON` | unset | a python with `pymysqlreplication` importable, for the side-by-side |
 //! | `BENCH_LINGER_MS` | unset (binval's default, 5) | binval's producer `linger.ms` (`kafka.properties`) |
+//! | `BENCH_BINVAL_WORKERS` | unset (tokio's default: one per core) | `binval run`'s tokio worker threads (`TOKIO_WORKER_THREADS`, binval's process only) |
 //! | `BENCH_FETCH_WAIT_MS` | unset (the crate's default, 10) | the app instances' `fetch.wait.max.ms` |
 //!
 //! What each column means is printed under the tables (`report.rs`).
