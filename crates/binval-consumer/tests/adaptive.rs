@@ -16,6 +16,12 @@ use binval_protocol::replica_key;
 use common::*;
 use redis::cluster_async::ClusterConnection;
 
+/// The hot set (`binval:hot`) is one hash per Redis, which every consumer reads at start and
+/// at each refresh: the test that writes entries into it holds this lock alone, every other
+/// test holds it shared, so no test's consumer learns counts from another test's entries
+/// (which made `learned_counts` 2 where 1 was expected, once under CI load).
+static HOT_SET: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 /// A Cluster connection of the shared 3-master cluster.
 async fn cluster() -> anyhow::Result<ClusterConnection> {
     let client = redis::cluster::ClusterClient::new(binval_testkit::redis_cluster().urls())?;
@@ -64,6 +70,7 @@ async fn idle_secs(c: &mut ClusterConnection, rkey: &str) -> anyhow::Result<u64>
 /// finds a value: no fallback, one read per fill).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_fill_teaches_the_count_and_reads_spread() -> anyhow::Result<()> {
+    let _shared = HOT_SET.read().await;
     init_tracing();
     let mut w = cluster().await?;
     let key = format!("item:adaptive:{}", binval_testkit::unique_name("spread"));
@@ -100,6 +107,7 @@ async fn one_fill_teaches_the_count_and_reads_spread() -> anyhow::Result<()> {
 /// `max_replica_reads(1)` as well (the replica-0 read is the one read past the bound).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_larger_configured_count_never_answers_no_row() -> anyhow::Result<()> {
+    let _shared = HOT_SET.read().await;
     init_tracing();
     let mut w = cluster().await?;
     let base = binval_testkit::unique_name("larger");
@@ -151,6 +159,7 @@ async fn a_larger_configured_count_never_answers_no_row() -> anyhow::Result<()> 
 /// removal, answer the value every time: no "no row", no error; afterwards they use 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shrink_never_loses_the_row() -> anyhow::Result<()> {
+    let _shared = HOT_SET.read().await;
     init_tracing();
     let mut w = cluster().await?;
     let base = binval_testkit::unique_name("shrink");
@@ -226,6 +235,7 @@ async fn a_shrink_never_loses_the_row() -> anyhow::Result<()> {
 /// refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hot_set_seeds_counts_at_start() -> anyhow::Result<()> {
+    let _alone = HOT_SET.write().await;
     init_tracing();
     let mut w = cluster().await?;
     let base = binval_testkit::unique_name("hotset");
@@ -290,6 +300,7 @@ async fn report_of(r: &mut redis::aio::MultiplexedConnection, id: &str) -> anyho
 /// machine); the field is removed at shutdown; a cold key is not reported.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn heat_reports_follow_the_reads() -> anyhow::Result<()> {
+    let _shared = HOT_SET.read().await;
     let mut sc = Scene::new("heat", 1, 1).await?;
     let (steady, step, cold) = (sc.key.clone(), format!("{}:step", sc.key), format!("{}:cold", sc.key));
     for k in [&steady, &step, &cold] {
@@ -347,6 +358,7 @@ async fn heat_reports_follow_the_reads() -> anyhow::Result<()> {
 /// keeps working; the hot set refused too: a warning, not a failed build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_reports_are_counted_not_fatal() -> anyhow::Result<()> {
+    let _shared = HOT_SET.read().await;
     let mut sc = Scene::new("heatacl", 1, 1).await?;
     let key = sc.key.clone();
     write_standalone(&mut sc.redis, &key, 1, "x", 1).await?;
