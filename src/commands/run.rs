@@ -13,7 +13,9 @@ use crate::telemetry::{self, names};
 pub async fn run(cfg: Config) -> Result<(), Error> {
     telemetry::health().configure(cfg.source.lease_ms, cfg.metrics.ready_max_lag_ms);
     if let Some(listen) = &cfg.metrics.listen {
-        telemetry::serve(listen, &[("source", cfg.source.name.as_str())]).await.map_err(crate::error::DefiniteError::MetricsListen)?;
+        telemetry::serve(listen, "metrics.listen", &[("source", cfg.source.name.as_str())])
+            .await
+            .map_err(crate::error::DefiniteError::MetricsListen)?;
         metrics::gauge!(names::INFO, "version" => env!("CARGO_PKG_VERSION"), "process" => process_id()).set(1.0);
         tracing::info!(listen = %listen, "serving Prometheus metrics at /metrics, probes at /healthz and /readyz");
     }

@@ -24,17 +24,6 @@ pub enum MetricsError {
     Bind { setting: &'static str, listen: String, source: std::io::Error },
 }
 
-impl MetricsError {
-    /// The same error, naming `setting` (e.g. `--metrics-listen`) as where the address came from.
-    pub fn named(self, setting: &'static str) -> Self {
-        match self {
-            MetricsError::Address { listen, source, .. } => MetricsError::Address { setting, listen, source },
-            MetricsError::Bind { listen, source, .. } => MetricsError::Bind { setting, listen, source },
-            other => other,
-        }
-    }
-}
-
 static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
 
 /// Install the Prometheus recorder (once per process; later calls return the first handle),
@@ -61,17 +50,14 @@ pub fn install_recorder(labels: &[(&str, &str)]) -> Result<metrics_exporter_prom
 }
 
 /// Serve `/metrics`, `/healthz` and `/readyz` on `listen` (`ip:port`), installing the
-/// recorder with `labels` first. Must run inside a tokio runtime. Errors name `metrics.listen`
-/// when the address cannot be parsed or bound.
-pub async fn serve(listen: &str, labels: &[(&str, &str)]) -> Result<(), MetricsError> {
-    const SETTING: &str = "metrics.listen";
+/// recorder with `labels` first. Must run inside a tokio runtime. Errors name `setting`
+/// (`metrics.listen`, or a command's `--metrics-listen`) when the address cannot be parsed or
+/// bound.
+pub async fn serve(listen: &str, setting: &'static str, labels: &[(&str, &str)]) -> Result<(), MetricsError> {
     let addr: std::net::SocketAddr =
-        listen.parse().map_err(|source| MetricsError::Address { setting: SETTING, listen: listen.to_string(), source })?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind {
-        setting: SETTING,
-        listen: listen.to_string(),
-        source,
-    })?;
+        listen.parse().map_err(|source| MetricsError::Address { setting, listen: listen.to_string(), source })?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { setting, listen: listen.to_string(), source })?;
     let handle = install_recorder(labels)?;
     let upkeep = handle.clone();
     tokio::spawn(async move {

@@ -61,17 +61,7 @@ pub struct SavedCheckpoint {
     pub saved_at_ms: u64,
 }
 
-pub(super) static HEALTH: Health = Health {
-    role: AtomicU8::new(Role::Starting as u8),
-    connected: AtomicBool::new(false),
-    lag_ms: AtomicU64::new(0),
-    lease_checked_ms: AtomicU64::new(0),
-    lease_ms: AtomicU64::new(5000),
-    max_lag_ms: AtomicU64::new(30_000),
-    fencing_token: AtomicU64::new(0),
-    checkpoint: Mutex::new(None),
-    restart_reason: Mutex::new(None),
-};
+pub(super) static HEALTH: Health = Health::new();
 
 /// The process-wide [`Health`].
 pub fn health() -> &'static Health {
@@ -90,6 +80,22 @@ pub struct Readiness {
 }
 
 impl Health {
+    /// A process that is starting: not connected, no lease checked, no checkpoint; the lease
+    /// and lag bounds at their defaults until [`Health::configure`] sets them from the config.
+    pub(super) const fn new() -> Health {
+        Health {
+            role: AtomicU8::new(Role::Starting as u8),
+            connected: AtomicBool::new(false),
+            lag_ms: AtomicU64::new(0),
+            lease_checked_ms: AtomicU64::new(0),
+            lease_ms: AtomicU64::new(5000),
+            max_lag_ms: AtomicU64::new(30_000),
+            fencing_token: AtomicU64::new(0),
+            checkpoint: Mutex::new(None),
+            restart_reason: Mutex::new(None),
+        }
+    }
+
     /// Set the bounds readiness uses: `source.lease_ms` and `metrics.ready_max_lag_ms`.
     pub fn configure(&self, lease_ms: u64, max_lag_ms: u64) {
         self.lease_ms.store(lease_ms, Relaxed);
@@ -230,22 +236,11 @@ pub fn checkpoint_recorded(file: &str, pos: u64, saved_at_ms: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
-    use std::sync::Mutex;
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn readiness_rules() {
-        let h = Health {
-            role: AtomicU8::new(Role::Starting as u8),
-            connected: AtomicBool::new(false),
-            lag_ms: AtomicU64::new(0),
-            lease_checked_ms: AtomicU64::new(0),
-            lease_ms: AtomicU64::new(5000),
-            max_lag_ms: AtomicU64::new(30_000),
-            fencing_token: AtomicU64::new(0),
-            checkpoint: Mutex::new(None),
-            restart_reason: Mutex::new(None),
-        };
+        let h = Health::new();
         let now = crate::now_ms();
         assert!(!h.readiness(now).ready, "starting");
         h.became_standby();

@@ -172,9 +172,9 @@ pub async fn cli(cfg: Config, cli: ReplayCli) -> Result<(), Error> {
     let listen = cli.metrics_listen.clone();
     let args = ReplayArgs::from_cli(&cfg, cli)?;
     if let Some(l) = &listen {
-        crate::telemetry::serve(l, &[("source", cfg.source.name.as_str())])
+        crate::telemetry::serve(l, "--metrics-listen", &[("source", cfg.source.name.as_str())])
             .await
-            .map_err(|e| Error::config("--metrics-listen", e.named("--metrics-listen").to_string()))?;
+            .map_err(|e| Error::config("--metrics-listen", e.to_string()))?;
     }
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {

@@ -155,9 +155,9 @@ pub fn key_hash(key: &str) -> u64 {
 pub async fn cli(cfg: Config, args: VerifyCli) -> Result<bool, Error> {
     validate(&args)?;
     if let Some(l) = &args.metrics_listen {
-        crate::telemetry::serve(l, &[("source", cfg.source.name.as_str())])
+        crate::telemetry::serve(l, "--metrics-listen", &[("source", cfg.source.name.as_str())])
             .await
-            .map_err(|e| Error::config("--metrics-listen", e.named("--metrics-listen").to_string()))?;
+            .map_err(|e| Error::config("--metrics-listen", e.to_string()))?;
     }
     let shutdown = super::shutdown_signal("verify: stopping");
     let mut sink = LineSink::open(args.mismatches.as_deref())?;
