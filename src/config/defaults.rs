@@ -79,3 +79,7 @@ pub(super) fn default_transaction_memory_mb() -> u64 {
 pub(super) fn default_max_group_rows() -> usize {
     4096
 }
+
+pub(super) fn default_linger_ms() -> u64 {
+    5
+}

@@ -91,6 +91,9 @@ impl Config {
         if !(1..=1_000_000).contains(&self.apply.max_group_rows) {
             return Err(bad("apply.max_group_rows".into(), "must be 1..=1000000 rows".into()));
         }
+        if self.apply.linger_ms > 100 {
+            return Err(bad("apply.linger_ms".into(), "must be 0..=100 ms".into()));
+        }
         if self.redis.tombstone_ttl_ms == 0 {
             return Err(bad("redis.tombstone_ttl_ms".into(), "must be > 0 (a tombstone without TTL would never leave Redis)".into()));
         }

@@ -67,11 +67,17 @@ pub struct ApplyConfig {
     /// rows). Default 4096.
     #[serde(default = "default_max_group_rows")]
     pub max_group_rows: usize,
+    /// Milliseconds a group may wait for more transactions before its Redis writes are sent,
+    /// while transactions arrive at least twice per this long (`crate::write::apply::Linger`):
+    /// fewer, larger groups at ordinary rates, for up to this much latency; nothing waits at
+    /// low rates. 0: never wait. Default 5, at most 100.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
 }
 
 impl Default for ApplyConfig {
     fn default() -> Self {
-        ApplyConfig { max_group_rows: default_max_group_rows() }
+        ApplyConfig { max_group_rows: default_max_group_rows(), linger_ms: default_linger_ms() }
     }
 }
 

@@ -121,6 +121,7 @@ fn load_settings_are_checked_and_name_the_field() {
     let c = Config::from_toml(OK).unwrap();
     assert_eq!((c.source.heartbeat_table.as_deref(), c.source.heartbeat_interval_ms, c.source.transaction_memory_mb), (None, 500, 32));
     assert_eq!(c.apply.max_group_rows, 4096);
+    assert_eq!(c.apply.linger_ms, 5);
     let with = |extra: &str| Config::from_toml(&OK.replace("server_id = 77", &format!("server_id = 77\n{extra}")));
     let c = with("heartbeat_table = \"binval.heartbeat\"\nheartbeat_interval_ms = 100").unwrap();
     assert_eq!(c.source.heartbeat_table.as_deref(), Some("binval.heartbeat"));
@@ -183,6 +184,9 @@ fn load_settings_are_checked_and_name_the_field() {
     assert!(e.contains("apply.max_group_rows"), "{e}");
     let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group_rows = 0\n")).unwrap_err().to_string();
     assert!(e.contains("apply.max_group_rows"), "{e}");
+    let e = Config::from_toml(&format!("{OK}\n[apply]\nlinger_ms = 101\n")).unwrap_err().to_string();
+    assert!(e.contains("apply.linger_ms") && e.contains("0..=100"), "{e}");
+    assert_eq!(Config::from_toml(&format!("{OK}\n[apply]\nlinger_ms = 0\n")).unwrap().apply.linger_ms, 0);
     let e = Config::from_toml(&format!("{OK}\n[apply]\nmax_group = 10\n")).unwrap_err().to_string();
     assert!(e.contains("max_group"), "an unknown field is named: {e}");
 }

@@ -119,6 +119,7 @@ pub async fn apply_loop(
     let mut flight = InFlight::default();
     let mut closed = false;
     let mut resizes = writer.resizes.take();
+    let mut linger = Linger::new(writer.linger);
     loop {
         let first = if flight.may_start() {
             match held.take() {
@@ -139,7 +140,10 @@ pub async fn apply_loop(
                         continue;
                     }
                     t = rx.recv() => match t {
-                        Some(t) => Some(t),
+                        Some(t) => {
+                            linger.arrived(Instant::now());
+                            Some(t)
+                        }
                         None => {
                             closed = true;
                             continue;
@@ -182,14 +186,22 @@ pub async fn apply_loop(
         }
         let mut group = Group::new();
         group.add(first, &writer.mapper, &writer.fence)?;
-        while group.rows < writer.max_group_rows && group.txns.len() < MAX_GROUP_TRANSACTIONS && !group.ends_with_ddl() {
+        let now = Instant::now();
+        while group_has_room(&writer, &group) {
             let Ok(txn) = rx.try_recv() else { break };
+            linger.arrived(now);
             if is_large(&txn) {
                 held = Some(txn);
                 break;
             }
             group.add(txn, &writer.mapper, &writer.fence)?;
         }
+        if flight.is_empty() && held.is_none() && !closed {
+            if let Some(until) = linger.gather_until(Instant::now()) {
+                gather(&writer, &mut group, &mut rx, &mut held, &mut closed, &mut linger, until).await?;
+            }
+        }
+        linger.sent(Instant::now());
         if group.txns.iter().any(|t| !t.invalidate_tables.is_empty()) {
             if !drain(&writer, &mut flight, &acks, &*stats).await? {
                 return Ok(());
@@ -203,6 +215,49 @@ pub async fn apply_loop(
         group.finish();
         flight.push(&writer, group);
     }
+}
+
+/// Whether `group` may take another transaction: below `apply.max_group_rows` rows and
+/// [`MAX_GROUP_TRANSACTIONS`], and not ended by a DDL.
+fn group_has_room(writer: &Writer, group: &Group) -> bool {
+    group.rows < writer.max_group_rows && group.txns.len() < MAX_GROUP_TRANSACTIONS && !group.ends_with_ddl()
+}
+
+/// Let `group` take the transactions that arrive until `until` (`apply.linger_ms`, see
+/// [`Linger`]), while it has room; a large transaction is held for the next group, and a
+/// closed channel ends the wait.
+async fn gather(
+    writer: &Writer,
+    group: &mut Group,
+    rx: &mut mpsc::Receiver<Transaction>,
+    held: &mut Option<Transaction>,
+    closed: &mut bool,
+    linger: &mut Linger,
+    until: Instant,
+) -> Result<(), Error> {
+    let deadline = tokio::time::sleep_until(until.into());
+    tokio::pin!(deadline);
+    while group_has_room(writer, group) {
+        tokio::select! {
+            biased;
+            _ = &mut deadline => break,
+            t = rx.recv() => match t {
+                Some(txn) => {
+                    linger.arrived(Instant::now());
+                    if is_large(&txn) {
+                        *held = Some(txn);
+                        break;
+                    }
+                    group.add(txn, &writer.mapper, &writer.fence)?;
+                }
+                None => {
+                    *closed = true;
+                    break;
+                }
+            },
+        }
+    }
+    Ok(())
 }
 
 /// The next replica-count step, never when there is no channel (or it closed).

@@ -24,9 +24,11 @@
 //! exist because replay runs beside a live `binval run` (see `commands::replay`).
 
 mod apply_loop;
+mod linger;
 mod options;
 mod writer;
 
 pub use apply_loop::*;
+pub use linger::Linger;
 pub use options::*;
 pub use writer::*;

@@ -40,6 +40,9 @@ pub struct Writer {
     pub source_name: Arc<str>,
     /// `apply.max_group_rows`: rows per group, and per chunk of a large transaction.
     pub max_group_rows: usize,
+    /// `apply.linger_ms`: how long a group may gather transactions at ordinary rates
+    /// ([`Linger`]; [`apply_loop`] only).
+    pub linger: std::time::Duration,
     /// Run or replay behaviour.
     pub options: ApplyOptions,
     /// Replica-count steps from the adaptive-count leader (`crate::replicas::task`), taken by
@@ -69,6 +72,7 @@ impl Writer {
             tombstone_ttl_ms: cfg.redis.tombstone_ttl_ms,
             source_name: Arc::from(cfg.source.name.as_str()),
             max_group_rows: cfg.apply.max_group_rows,
+            linger: std::time::Duration::from_millis(cfg.apply.linger_ms),
             options,
             resizes: None,
         }
