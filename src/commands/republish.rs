@@ -166,7 +166,7 @@ pub async fn run(cfg: &Config, from: &RepublishFrom, to_ms: Option<u64>, dry_run
         for (f, events) in futs {
             match f.await {
                 Ok(Ok(_)) => summary.republished += events,
-                Ok(Err((e, _))) => return Err(TransientError::Kafka(format!("republish: {e}")).into()),
+                Ok(Err(e)) => return Err(TransientError::Kafka(format!("republish: {e}")).into()),
                 Err(_) => return Err(TransientError::Kafka("republish cancelled".into()).into()),
             }
         }

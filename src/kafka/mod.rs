@@ -9,6 +9,9 @@
 //! * `sink.rs`: [`KafkaSink`] — connect (and create the topic), enqueue per-key events or
 //!   batches ([`Publisher`]), deliveries, progress messages; why the producer is idempotent
 //!   and how errors are classified.
+//! * `producer.rs`: [`EventProducer`] — librdkafka's producer with its delivery reports served
+//!   by a tokio task that librdkafka wakes through its queue's IO event, not a polling thread;
+//!   [`DeliveryFuture`].
 //! * `partitioner.rs`: [`Partitioner`] — librdkafka's deterministic partitioners, computed
 //!   binval-side.
 //!
@@ -18,8 +21,10 @@
 //! (`event`, `batch`, `progress`).
 
 pub mod partitioner;
+pub mod producer;
 pub mod sink;
 
 pub use partitioner::Partitioner;
+pub use producer::{DeliveryFuture, EventProducer};
 pub(crate) use sink::no_broker_answered;
 pub use sink::{KafkaSink, Publisher, BATCH_MAX_BYTES, REPUBLISHED_HEADER, WRITER_HEADER};

@@ -35,10 +35,11 @@ use binval_protocol::{InvalidationEvent, Op, ProgressMessage, SourcePosition, KI
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::FutureRecord;
 
 use crate::config::{EventFormat, KafkaConfig};
 use crate::error::{classify_kafka, kafka_is_definite, DefiniteError, Error, TransientError};
+use crate::kafka::producer::{DeliveryFuture, EventProducer};
 use crate::kafka::Partitioner;
 use crate::security::kafka::SecurityContext;
 
@@ -65,7 +66,7 @@ pub struct KafkaSink {
     partitioner: Partitioner,
     /// Partitions of the topic, from the newest metadata ([`KafkaSink::partitions`]).
     partition_count: AtomicI32,
-    producer: FutureProducer<SecurityContext>,
+    producer: EventProducer,
     topic: String,
     create_topic: bool,
     /// `queue.buffering.max.messages`: how many events the producer holds before enqueue waits.
@@ -111,8 +112,7 @@ impl KafkaSink {
         // Always: the guarantees binval documents depend on them.
         cc.set("enable.idempotence", "true").set("acks", "all");
         let context = SecurityContext::default();
-        let producer: FutureProducer<SecurityContext> =
-            cc.create_with_context(context.clone()).map_err(|e| connect_error(&e, cfg, "producer", &context))?;
+        let producer = EventProducer::create(&cc, context.clone()).map_err(|e| connect_error(&e, cfg, "producer", &context))?;
         if cfg.create_topic {
             ensure_topic(&cc, cfg, &context).await?;
         }
@@ -173,12 +173,12 @@ impl KafkaSink {
                 headers = headers.insert(Header { key: WRITER_HEADER, value: Some(w) });
             }
             let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
-            match self.producer.send_result(rec) {
+            match self.producer.send(rec) {
                 Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(classify_kafka(&e, what, &self.topic, self.create_topic, &format!("enqueue {what}"))),
+                Err(e) => return Err(classify_kafka(&e, what, &self.topic, self.create_topic, &format!("enqueue {what}"))),
             }
         }
     }
@@ -192,12 +192,12 @@ impl KafkaSink {
                 .insert(Header { key: KIND_HEADER, value: Some(KIND_BATCH) })
                 .insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
             let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
-            match self.producer.send_result(rec) {
+            match self.producer.send(rec) {
                 Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue batch to partition {partition}: {e}")).into()),
+                Err(e) => return Err(TransientError::Kafka(format!("enqueue batch to partition {partition}: {e}")).into()),
             }
         }
     }
@@ -235,12 +235,12 @@ impl KafkaSink {
             if let Some(w) = self.writer {
                 rec = rec.headers(OwnedHeaders::new().insert(Header { key: WRITER_HEADER, value: Some(w) }));
             }
-            match self.producer.send_result(rec) {
+            match self.producer.send(rec) {
                 Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(classify_kafka(&e, &ev.key, &self.topic, self.create_topic, &format!("enqueue key {}", ev.key))),
+                Err(e) => return Err(classify_kafka(&e, &ev.key, &self.topic, self.create_topic, &format!("enqueue key {}", ev.key))),
             }
         }
     }
@@ -251,12 +251,12 @@ impl KafkaSink {
         loop {
             let headers = OwnedHeaders::new().insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
             let rec = FutureRecord::to(&self.topic).key(key).payload(payload).headers(headers);
-            match self.producer.send_result(rec) {
+            match self.producer.send(rec) {
                 Ok(f) => return Ok(f),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Err((e, _)) => return Err(TransientError::Kafka(format!("enqueue: {e}")).into()),
+                Err(e) => return Err(TransientError::Kafka(format!("enqueue: {e}")).into()),
             }
         }
     }
@@ -272,10 +272,10 @@ impl KafkaSink {
         let payload = msg.to_json();
         let headers = OwnedHeaders::new().insert(Header { key: KIND_HEADER, value: Some(KIND_PROGRESS) });
         let rec = FutureRecord::to(&self.topic).partition(msg.partition).key(msg.source.as_bytes()).payload(&payload).headers(headers);
-        match self.producer.send_result(rec) {
+        match self.producer.send(rec) {
             Ok(f) => Ok(Some(f)),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => Ok(None),
-            Err((e, _)) => Err(TransientError::Kafka(format!("enqueue progress to partition {}: {e}", msg.partition)).into()),
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => Ok(None),
+            Err(e) => Err(TransientError::Kafka(format!("enqueue progress to partition {}: {e}", msg.partition)).into()),
         }
     }
 
@@ -308,9 +308,7 @@ impl KafkaSink {
                 crate::telemetry::kafka_delivered(d.timestamp.to_millis());
                 Ok(())
             }
-            Ok(Err((e, _))) => {
-                Err(classify_kafka(&e, key, &self.topic, self.create_topic, &format!("delivery of event for key {key} failed")))
-            }
+            Ok(Err(e)) => Err(classify_kafka(&e, key, &self.topic, self.create_topic, &format!("delivery of event for key {key} failed"))),
             Err(_) => Err(TransientError::Kafka(format!("delivery of event for key {key} was cancelled")).into()),
         }
     }

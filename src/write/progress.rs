@@ -37,8 +37,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::kafka::DeliveryFuture;
 use binval_protocol::{ProgressMessage, SourcePosition, PROGRESS_SCHEMA_VERSION};
-use rdkafka::producer::DeliveryFuture;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -238,7 +238,7 @@ async fn run(
             };
             match r {
                 Ok(Ok(_)) => delivered += 1,
-                Ok(Err((e, _))) => error = Some(format!("partition {partition}: {e}")),
+                Ok(Err(e)) => error = Some(format!("partition {partition}: {e}")),
                 Err(_) => error = Some(format!("partition {partition}: delivery cancelled")),
             }
         }

@@ -5,8 +5,8 @@ use super::*;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::kafka::DeliveryFuture;
 use binval_protocol::SourcePosition;
-use rdkafka::producer::DeliveryFuture;
 use tokio::sync::mpsc;
 
 use crate::binlog::txn::Transaction;
