@@ -8,7 +8,7 @@
 //! the tokio worker whose task awaits it. Each produce request thus costs two thread wake-ups
 //! between librdkafka's broker thread and the checkpoint task, and at ordinary rates (1,000
 //! single-row commits/s: one produce request per apply group) wake-ups were most of binval's CPU
-//! per transaction (issue #24; docs/benchmarks.md, "Delivery reports").
+//! per transaction (issue #24; docs/benchmarks.md, "Delivery reports, linger and workers").
 //!
 //! librdkafka can instead write to a file descriptor whenever an event lands on its main queue
 //! and the queue was served since the last write (`rd_kafka_queue_io_event_enable`, rdkafka.h).
