@@ -119,7 +119,7 @@ impl EventProducer {
     pub fn create(cc: &ClientConfig, security: SecurityContext) -> KafkaResult<Self> {
         let inner = Arc::new(BaseProducer::from_config_and_context(cc, ReportContext { security })?);
         let wake = Wake::enable(inner.client()).map_err(|e| KafkaError::ClientCreation(format!("delivery report wake-up: {e}")))?;
-        let server = tokio::spawn(serve(inner.clone(), wake));
+        let server = tokio::spawn(serve(Server { wake, producer: inner.clone() }));
         Ok(EventProducer { inner, _server: Arc::new(AbortOnDrop(server)) })
     }
 
@@ -240,9 +240,18 @@ impl Drop for Wake {
     }
 }
 
+/// What the serving task owns. Fields drop in order: the IO event is off and the queue
+/// reference released before the task's share of the producer goes (which may be the last one,
+/// and then destroys the client).
+struct Server {
+    wake: Wake,
+    producer: Arc<BaseProducer<ReportContext>>,
+}
+
 /// Serve the main queue whenever librdkafka signals it (or every [`POLL_FALLBACK`]): delivery
 /// reports complete their futures, errors reach the context.
-async fn serve(producer: Arc<BaseProducer<ReportContext>>, wake: Wake) {
+async fn serve(server: Server) {
+    let Server { wake, producer } = &server;
     loop {
         // Serve what is queued. A poll that takes nothing ends the round, so an entry that poll
         // does not remove cannot make this spin; the fallback serves it later.
