@@ -33,8 +33,7 @@ use rdkafka::bindings as rdsys;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::Timestamp;
-use rdkafka::message::{Message, ToBytes};
+use rdkafka::message::{Message, Timestamp, ToBytes};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, FutureRecord, Producer, ProducerContext};
 use tokio::sync::oneshot;
 
@@ -185,7 +184,8 @@ struct Wake {
 }
 
 // SAFETY: librdkafka's queues are thread safe (rdkafka.h: every rd_kafka_queue_* call may be made
-// from any thread); the pointer is only used for `rd_kafka_queue_length` and released once.
+// from any thread); the pointer is only read (`rd_kafka_queue_length`), and turned off and
+// released once, in Drop.
 unsafe impl Send for Wake {}
 // SAFETY: as above; the serving task shares it only with itself.
 unsafe impl Sync for Wake {}
@@ -198,12 +198,13 @@ impl Wake {
         reader.set_nonblocking(true)?;
         let reader = tokio::net::UnixStream::from_std(reader)?;
         // SAFETY: the client is alive; the queue reference is released in Drop, after the IO
-        // event is turned off, and `writer` outlives the IO event (it closes after Drop). librdkafka copies the payload.
+        // event is turned off, and `writer` outlives the IO event (it closes after Drop).
         let queue = unsafe { rdsys::rd_kafka_queue_get_main(client.native_ptr()) };
         if queue.is_null() {
             return Err(std::io::Error::other("librdkafka gave no main queue"));
         }
         let payload = [1u8];
+        // SAFETY: `queue` is the reference above; librdkafka copies the payload.
         unsafe { rdsys::rd_kafka_queue_io_event_enable(queue, writer.as_raw_fd(), payload.as_ptr().cast(), payload.len()) };
         Ok(Wake { queue, _writer: writer, reader })
     }

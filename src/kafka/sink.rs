@@ -162,44 +162,50 @@ impl KafkaSink {
         Publisher { sink: self, batches: BTreeMap::new(), deliveries: Vec::new() }
     }
 
+    /// Hand the record `rec()` builds to the producer, building it again and waiting 5 ms while
+    /// the producer's queue is full (`queue.buffering.max.messages` or `.kbytes`); any other
+    /// error is returned for the caller to name.
+    async fn send_when_room<'r, K, P>(&self, mut rec: impl FnMut() -> FutureRecord<'r, K, P>) -> Result<DeliveryFuture, KafkaError>
+    where
+        K: rdkafka::message::ToBytes + ?Sized + 'r,
+        P: rdkafka::message::ToBytes + ?Sized + 'r,
+    {
+        loop {
+            match self.producer.send(rec()) {
+                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => tokio::time::sleep(Duration::from_millis(5)).await,
+                done => return done,
+            }
+        }
+    }
+
     /// Enqueue one batch payload ([`binval_protocol::batch`]) to `partition`, with the header
     /// `binval.kind: batch` (and [`WRITER_HEADER`] for commands other than `binval run`);
     /// waits while the producer's queue is full. `what` names it in errors.
     pub async fn enqueue_batch(&self, partition: i32, payload: &[u8], what: &str) -> Result<DeliveryFuture, Error> {
         use rdkafka::message::{Header, OwnedHeaders};
-        loop {
+        self.send_when_room(|| {
             let mut headers = OwnedHeaders::new().insert(Header { key: KIND_HEADER, value: Some(KIND_BATCH) });
             if let Some(w) = self.writer {
                 headers = headers.insert(Header { key: WRITER_HEADER, value: Some(w) });
             }
-            let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
-            match self.producer.send(rec) {
-                Ok(f) => return Ok(f),
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => return Err(classify_kafka(&e, what, &self.topic, self.create_topic, &format!("enqueue {what}"))),
-            }
-        }
+            FutureRecord::<'_, [u8], [u8]>::to(&self.topic).partition(partition).payload(payload).headers(headers)
+        })
+        .await
+        .map_err(|e| classify_kafka(&e, what, &self.topic, self.create_topic, &format!("enqueue {what}")))
     }
 
     /// Enqueue an already-encoded batch again (re-publishing) to the partition it was read
     /// from, with the headers `binval.kind: batch` and `binval.republished: 1`.
     pub async fn enqueue_raw_batch(&self, partition: i32, payload: &[u8]) -> Result<DeliveryFuture, Error> {
         use rdkafka::message::{Header, OwnedHeaders};
-        loop {
+        self.send_when_room(|| {
             let headers = OwnedHeaders::new()
                 .insert(Header { key: KIND_HEADER, value: Some(KIND_BATCH) })
                 .insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
-            let rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).partition(partition).payload(payload).headers(headers);
-            match self.producer.send(rec) {
-                Ok(f) => return Ok(f),
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => return Err(TransientError::Kafka(format!("enqueue batch to partition {partition}: {e}")).into()),
-            }
-        }
+            FutureRecord::<'_, [u8], [u8]>::to(&self.topic).partition(partition).payload(payload).headers(headers)
+        })
+        .await
+        .map_err(|e| TransientError::Kafka(format!("enqueue batch to partition {partition}: {e}")).into())
     }
 
     /// Mark every event of this producer with [`WRITER_HEADER`] = `writer` (commands other
@@ -230,35 +236,26 @@ impl KafkaSink {
     pub async fn enqueue(&self, ev: &InvalidationEvent) -> Result<DeliveryFuture, Error> {
         use rdkafka::message::{Header, OwnedHeaders};
         let payload = ev.to_json();
-        loop {
-            let mut rec = FutureRecord::to(&self.topic).key(ev.key.as_bytes()).payload(&payload);
-            if let Some(w) = self.writer {
-                rec = rec.headers(OwnedHeaders::new().insert(Header { key: WRITER_HEADER, value: Some(w) }));
+        self.send_when_room(|| {
+            let rec = FutureRecord::to(&self.topic).key(ev.key.as_bytes()).payload(&payload);
+            match self.writer {
+                Some(w) => rec.headers(OwnedHeaders::new().insert(Header { key: WRITER_HEADER, value: Some(w) })),
+                None => rec,
             }
-            match self.producer.send(rec) {
-                Ok(f) => return Ok(f),
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => return Err(classify_kafka(&e, &ev.key, &self.topic, self.create_topic, &format!("enqueue key {}", ev.key))),
-            }
-        }
+        })
+        .await
+        .map_err(|e| classify_kafka(&e, &ev.key, &self.topic, self.create_topic, &format!("enqueue key {}", ev.key)))
     }
 
     /// Enqueue an already-encoded event (re-publishing), with a `binval.republished` header.
     pub async fn enqueue_raw(&self, key: &[u8], payload: &[u8]) -> Result<DeliveryFuture, Error> {
         use rdkafka::message::{Header, OwnedHeaders};
-        loop {
+        self.send_when_room(|| {
             let headers = OwnedHeaders::new().insert(Header { key: REPUBLISHED_HEADER, value: Some("1") });
-            let rec = FutureRecord::to(&self.topic).key(key).payload(payload).headers(headers);
-            match self.producer.send(rec) {
-                Ok(f) => return Ok(f),
-                Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err(e) => return Err(TransientError::Kafka(format!("enqueue: {e}")).into()),
-            }
-        }
+            FutureRecord::to(&self.topic).key(key).payload(payload).headers(headers)
+        })
+        .await
+        .map_err(|e| TransientError::Kafka(format!("enqueue: {e}")).into())
     }
 
     /// Enqueue one progress message ([`crate::write::progress`]) to partition `msg.partition`,

@@ -37,11 +37,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::kafka::DeliveryFuture;
 use binval_protocol::{ProgressMessage, SourcePosition, PROGRESS_SCHEMA_VERSION};
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::kafka::DeliveryFuture;
 use crate::kafka::KafkaSink;
 use crate::monitor;
 use crate::pipeline::Stats;

@@ -5,12 +5,12 @@ use super::*;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::kafka::DeliveryFuture;
 use binval_protocol::SourcePosition;
 use tokio::sync::mpsc;
 
 use crate::binlog::txn::Transaction;
 use crate::error::Error;
+use crate::kafka::DeliveryFuture;
 use crate::mapping::TableNames;
 use crate::telemetry::names;
 use crate::write::group::Group;

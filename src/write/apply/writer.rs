@@ -5,7 +5,6 @@ use super::*;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::kafka::DeliveryFuture;
 use binval_protocol::{FencePosition, SourcePosition};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -13,7 +12,7 @@ use tokio::sync::mpsc;
 use crate::binlog::txn::Transaction;
 use crate::config::Config;
 use crate::error::{Error, TransientError};
-use crate::kafka::KafkaSink;
+use crate::kafka::{DeliveryFuture, KafkaSink};
 use crate::mapping::{KeyChange, Mapper};
 use crate::redis::RedisConn;
 use crate::telemetry::names;
