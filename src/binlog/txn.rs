@@ -58,6 +58,11 @@ pub struct Transaction {
     /// Its share of the memory budget of transactions read but not applied yet (see
     /// `pipeline`); released when the transaction is dropped.
     pub budget: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// When the live reader passed it on (`None` for transactions from elsewhere: a binlog
+    /// file, a test). The apply loop's linger measures the source's commit rate by it, since
+    /// it takes the transactions of a linger window from the channel at once
+    /// (`write::apply::Linger`).
+    pub read_at: Option<std::time::Instant>,
 }
 
 impl Transaction {
