@@ -7,7 +7,8 @@
 //! * Announces itself with `source.server_id`, asks for a heartbeat every
 //!   `source.heartbeat_ms` (`@master_heartbeat_period`, nanoseconds), and declares MariaDB GTID
 //!   capability (`@mariadb_slave_capability=4`) so MariaDB sends its GTID events.
-//! * A connection silent for three heartbeat periods is treated as half-open and dropped.
+//! * A connection silent for three heartbeat periods (three to four: one timer per connection
+//!   counts the periods) is treated as half-open and dropped.
 //! * Reconnects with exponential backoff (backoff crate) from the end of the last complete
 //!   transaction it passed on; a partial transaction is discarded and read again.
 //!
@@ -193,6 +194,17 @@ async fn read_once(
         }
     }
     let mut ctx = ReadContext::new(mapper, state, xa, stats, mariadb, resume, ReadSettings::from_config(cfg));
+    // The half-open check: one timer for the connection that fires every heartbeat period
+    // and counts the periods in a row without an event (not a timeout per event, which would
+    // enter and leave tokio's timer wheel, and read the clock, once per transaction).
+    let period = Duration::from_millis(cfg.heartbeat_ms.max(1));
+    let mut quiet_periods = 0u32;
+    let watchdog = tokio::time::sleep(period);
+    tokio::pin!(watchdog);
+    // One shutdown future for the connection: a new one per event would join and leave the
+    // watch channel's waiter list (a lock each way) five times per transaction.
+    let stop = shutdown.wait_for(|v| *v);
+    tokio::pin!(stop);
     loop {
         let framed = match ctx.framer.next() {
             Some(framed) => framed.map_err(|e| events::framing_error(&ctx, e))?,
@@ -204,10 +216,29 @@ async fn read_once(
                 // Here binval cannot check first, so as a last resort a panic in the parser is
                 // caught and becomes an error naming the position, and the connection is
                 // dropped (the stream is not used again).
+                // Biased, the stream first: an event already read is taken without polling the
+                // other two (while the stream keeps returning events, tokio's cooperative budget
+                // makes it yield now and then, and the send below looks at `stop` too).
                 let next = tokio::select! {
-                    r = tokio::time::timeout(silent_limit, std::panic::AssertUnwindSafe(stream.next()).catch_unwind()) => r,
-                    _ = shutdown.wait_for(|v| *v) => return Ok(()),
+                    biased;
+                    r = std::panic::AssertUnwindSafe(stream.next()).catch_unwind() => Ok(r),
+                    _ = &mut stop => return Ok(()),
+                    _ = &mut watchdog => {
+                        // Silent for more than three whole periods (three to four since
+                        // the last event) is half-open.
+                        quiet_periods += 1;
+                        if quiet_periods < 4 {
+                            watchdog.as_mut().reset(tokio::time::Instant::now() + period);
+                            continue;
+                        }
+                        Err(())
+                    }
                 };
+                if quiet_periods > 0 {
+                    // Not silent: count again from this event's period.
+                    quiet_periods = 0;
+                    watchdog.as_mut().reset(tokio::time::Instant::now() + period);
+                }
                 // Before the first ROTATE of a GTID start no file is known: name the GTID.
                 let at = || if ctx.file.is_empty() { position_text.clone() } else { format!("{}:{}", ctx.file, ctx.last_pos) };
                 let ev = match next {
@@ -245,6 +276,7 @@ async fn read_once(
         }
         let Some(mut txn) = handled else { continue };
         txn.read_live(crate::now_ms());
+        txn.read_at = Some(std::time::Instant::now());
         if std::mem::take(&mut json_changed) {
             txn.json_columns = Some(Arc::new(ctx.state.json.clone()));
         }
@@ -264,7 +296,7 @@ async fn read_once(
                 txn.budget = budget.acquire(txn.rows.memory_bytes()).await;
                 out.send(txn).await
             } => if r.is_err() { return Ok(()) },
-            _ = shutdown.wait_for(|v| *v) => return Ok(()),
+            _ = &mut stop => return Ok(()),
         }
         *resume = Resume::FilePos(SourcePosition { gtid: None, ..pos });
     }
