@@ -408,7 +408,7 @@ async fn scan_first_on<C: redis::aio::ConnectionLike>(conn: &mut C, pattern: &st
 }
 
 fn mode_mismatch(mode: &str, what: &str) -> Error {
-    Error::config("redis.mode", format!("mode is {mode} but the server {what}"))
+    Error::config("redis.mode", format!("is \"{mode}\" but the server {what}"))
 }
 
 /// A connection-level failure: always transient.
