@@ -234,11 +234,10 @@ async fn read_once(
                         Err(())
                     }
                 };
-                if quiet_periods > 0 {
-                    // Not silent: count again from this event's period.
-                    quiet_periods = 0;
-                    watchdog.as_mut().reset(tokio::time::Instant::now() + period);
-                }
+                // Not silent: count the periods again. The timer keeps its own beat (re-armed
+                // when it fires), so four fires in a row without an event are still more than
+                // three whole periods since the last one.
+                quiet_periods = 0;
                 // Before the first ROTATE of a GTID start no file is known: name the GTID.
                 let at = || if ctx.file.is_empty() { position_text.clone() } else { format!("{}:{}", ctx.file, ctx.last_pos) };
                 let ev = match next {
