@@ -79,6 +79,8 @@ struct Cell {
     process_cpu: f64,
     broker_cpu: f64,
     binval_cpu: f64,
+    /// binval's threads over the window, by kind (tokio workers, librdkafka, other).
+    binval_threads: tk::procfs::ThreadKinds,
     window_secs: f64,
     /// binval acknowledged the writer's last change in time (None: not within 120 s).
     caught_up: Option<Duration>,
@@ -159,6 +161,7 @@ async fn run_cell(
     let broker_pid = pid_listening_on("tansu", tk::broker().port);
     let cpu_of = |pid: Option<u32>| pid.and_then(tk::procfs::cpu_secs).unwrap_or(0.0);
     let (p0, b0, bv0, r0) = (cpu_of(Some(std::process::id())), cpu_of(broker_pid), bv.cpu_secs(), fleet.received());
+    let threads0 = bv.thread_kinds();
     let m0 = bv.scrape().await?;
     let t0 = Instant::now();
     let w = writer::run_rows(&bench.app_url(), bench.rows, Some(rate / per_commit), 4, Duration::from_secs(secs), None, per_commit).await?;
@@ -172,6 +175,7 @@ async fn run_cell(
     let m1 = bv.scrape().await?;
     let drain = fleet.drained(&r0, (acked(&m1) - acked(&m0)) as u64, Duration::from_secs(60)).await;
     let (p1, b1, bv1, r1) = (cpu_of(Some(std::process::id())), cpu_of(broker_pid), bv.cpu_secs(), fleet.received());
+    let binval_threads = bv.thread_kinds().since(&threads0);
     let window_secs = t0.elapsed().as_secs_f64();
     fleet.shutdown().await;
     let code = bv.stop().await;
@@ -189,6 +193,7 @@ async fn run_cell(
         process_cpu: p1 - p0,
         broker_cpu: b1 - b0,
         binval_cpu: bv1 - bv0,
+        binval_threads,
         window_secs,
         caught_up,
         drain,
@@ -219,7 +224,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     s[((s.len() - 1) as f64 * q).round() as usize]
 }
 
-const HEADER: &str = "| target changes/s | rows/commit | format | instances | changes/s reached | Kafka messages | changes per message | per instance: messages fetched | per instance: KiB fetched | per instance: events applied (% of changes) | per instance: evictions (held before) | consumer CPU per change per instance, µs | commit -> eviction p50 / p99, ms (samples, instances probed) | nines applied within 50 / 200 / 1000 ms (all instances) | broker CPU, cores (per instance, % of a core) | binval CPU per change, µs | binval ack / instances drained after the writer, s |";
+const HEADER: &str = "| target changes/s | rows/commit | format | instances | changes/s reached | Kafka messages | changes per message | per instance: messages fetched | per instance: KiB fetched | per instance: events applied (% of changes) | per instance: evictions (held before) | consumer CPU per change per instance, µs | commit -> eviction p50 / p99, ms (samples, instances probed) | nines applied within 50 / 200 / 1000 ms (all instances) | broker CPU, cores (per instance, % of a core) | binval CPU per change, µs | binval by thread: tokio / librdkafka / other, µs per change (voluntary switches per change) | binval ack / instances drained after the writer, s |";
 
 fn row(c: &Cell, writer_per_change: f64) -> String {
     let changes = c.changes.max(1) as f64;
@@ -244,7 +249,7 @@ fn row(c: &Cell, writer_per_change: f64) -> String {
         )
     };
     format!(
-        "| {} | {} | {} | {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({:.0}%) | {:.0} ({:.0}) | {consumer} | {evict} | {:.2} ({:.1}%) | {:.1} | {} / {} |",
+        "| {} | {} | {} | {} | {:.0} | {:.0} | {:.1} | {:.0} | {:.0} | {:.0} ({:.0}%) | {:.0} ({:.0}) | {consumer} | {evict} | {:.2} ({:.1}%) | {:.1} | {} | {} / {} |",
         c.rate,
         c.per_commit,
         c.format,
@@ -261,6 +266,18 @@ fn row(c: &Cell, writer_per_change: f64) -> String {
         c.broker_cpu / c.window_secs,
         c.broker_cpu / c.window_secs / n * 100.0,
         c.binval_cpu / changes * 1e6,
+        {
+            let t = &c.binval_threads.0;
+            format!(
+                "{:.1} / {:.1} / {:.1} ({:.2} / {:.2} / {:.2})",
+                t[0].0 / changes * 1e6,
+                t[1].0 / changes * 1e6,
+                t[2].0 / changes * 1e6,
+                t[0].1 as f64 / changes,
+                t[1].1 as f64 / changes,
+                t[2].1 as f64 / changes
+            )
+        },
         c.caught_up.map(|d| format!("{:.1}", d.as_secs_f64())).unwrap_or_else(|| "> 120".into()),
         if c.drain.1 || c.instances == 0 {
             format!("{:.1}", c.drain.0.as_secs_f64())
@@ -306,6 +323,9 @@ fn explain() {
 - commit -> eviction: the probe's commit returned -> the instance no longer holds the version it held (polled every ms),
   pooled over the probed instances; 1 ms of polling resolution.
 - broker CPU: the tansu process' CPU over the window (cores), and per instance; binval CPU per change: `binval run`'s.
+- binval by thread: the same CPU split by thread (`/proc/PID/task/*`): tokio's workers (reader, apply loop, Redis,
+  delivery reports, checkpoint), librdkafka's threads (`rdk:*`, mostly the broker thread), the rest; and each kind's
+  voluntary context switches (each a sleep and its wake-up) per change.
 - binval ack: from the writer's stop to binval's ack of its last change; instances drained: from then until the
   instances received 99% of binval's messages ("NOT drained": they stopped receiving for 3 s, or 60 s passed: the
   machine did not keep up with that cell; its CPU per change then counts changes not processed)."#

@@ -160,6 +160,14 @@ impl Binval {
         binval_testkit::procfs::cpu_secs(self.child.id()).unwrap_or(0.0)
     }
 
+    /// CPU seconds and voluntary context switches of `binval run`'s threads by kind: tokio's
+    /// workers, librdkafka's threads (`rdk:`), the rest. The fan-out bench's; the load bench
+    /// reads the whole machine's CPU instead (`cpu.rs`).
+    #[allow(dead_code)]
+    pub fn thread_kinds(&self) -> binval_testkit::procfs::ThreadKinds {
+        binval_testkit::procfs::ThreadKinds::of(self.child.id())
+    }
+
     /// Peak resident set (VmHWM), MiB.
     pub fn peak_rss_mib(&self) -> f64 {
         binval_testkit::procfs::peak_rss_kib(self.child.id()).unwrap_or(0) as f64 / 1024.0

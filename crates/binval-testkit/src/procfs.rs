@@ -40,6 +40,69 @@ pub fn stat_cpu_secs(stat: &str) -> Option<f64> {
     Some((utime + stime) as f64 / hz)
 }
 
+/// One thread of a process, from `/proc/<pid>/task/<tid>`: its name (`comm`, as the thread set
+/// it: `tokio-rt-worker`, `rdk:broker1`...), its user + system CPU seconds and its voluntary
+/// context switches (it blocked: each is a sleep, and the wake-up that ends it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadStat {
+    /// `comm`, without its trailing newline.
+    pub name: String,
+    /// User + system CPU seconds.
+    pub cpu_secs: f64,
+    /// `voluntary_ctxt_switches` of its `status`.
+    pub voluntary_switches: u64,
+}
+
+/// Every thread of process `pid` alive now (threads that ended are not listed: their CPU counts
+/// in [`cpu_secs`] only); empty when the process is gone.
+pub fn threads(pid: u32) -> Vec<ThreadStat> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    dir.filter_map(|e| {
+        let path = e.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).ok()?.trim_end().to_string();
+        let cpu_secs = stat_cpu_secs(&std::fs::read_to_string(path.join("stat")).ok()?)?;
+        let status = std::fs::read_to_string(path.join("status")).ok()?;
+        let voluntary_switches =
+            status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())?;
+        Some(ThreadStat { name, cpu_secs, voluntary_switches })
+    })
+    .collect()
+}
+
+/// CPU seconds and voluntary context switches of one process' threads, summed by kind:
+/// `[tokio workers, librdkafka threads, other]` (by thread name: `tokio-rt-worker`, `rdk:*`).
+/// Threads that ended are not counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThreadKinds(pub [(f64, u64); 3]);
+
+impl ThreadKinds {
+    /// The threads of process `pid` now.
+    pub fn of(pid: u32) -> ThreadKinds {
+        let mut k = ThreadKinds::default();
+        for t in threads(pid) {
+            let i = if t.name.starts_with("tokio") {
+                0
+            } else if t.name.starts_with("rdk:") {
+                1
+            } else {
+                2
+            };
+            k.0[i].0 += t.cpu_secs;
+            k.0[i].1 += t.voluntary_switches;
+        }
+        k
+    }
+
+    /// What `self` added since `before` (threads gone since are taken as unchanged).
+    pub fn since(&self, before: &ThreadKinds) -> ThreadKinds {
+        let mut d = ThreadKinds::default();
+        for i in 0..3 {
+            d.0[i] = ((self.0[i].0 - before.0[i].0).max(0.0), self.0[i].1.saturating_sub(before.0[i].1));
+        }
+        d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +114,18 @@ mod tests {
         assert_eq!(stat_cpu_secs(line), Some(300.0 / hz));
         assert_eq!(stat_cpu_secs("not a stat line"), None);
         assert_eq!(stat_cpu_secs("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn this_process_lists_its_threads() {
+        let pid = std::process::id();
+        let spawned = std::thread::Builder::new().name("procfs-probe".into()).spawn(move || threads(pid)).unwrap().join().unwrap();
+        assert!(spawned.iter().any(|t| t.name == "procfs-probe"), "{spawned:?}");
+        assert!(spawned.iter().all(|t| t.cpu_secs >= 0.0));
+        assert!(threads(u32::MAX).is_empty());
+        let kinds = ThreadKinds::of(pid);
+        assert!(kinds.0[2].0 >= 0.0, "{kinds:?}");
+        assert_eq!(kinds.since(&kinds).0, [(0.0, 0); 3]);
     }
 
     #[test]
