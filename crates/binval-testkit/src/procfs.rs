@@ -13,7 +13,12 @@
 /// `None` when the process is gone or has no such field.
 pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    status_field(&status, field).and_then(|v| v.trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The value of `field` (with its colon) in the text of a `status` file, trimmed.
+fn status_field<'a>(status: &'a str, field: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| l.strip_prefix(field)).map(str::trim)
 }
 
 /// Peak resident set of process `pid` (`VmHWM`), KiB; `None` when the process is gone.
@@ -62,8 +67,7 @@ pub fn threads(pid: u32) -> Vec<ThreadStat> {
         let name = std::fs::read_to_string(path.join("comm")).ok()?.trim_end().to_string();
         let cpu_secs = stat_cpu_secs(&std::fs::read_to_string(path.join("stat")).ok()?)?;
         let status = std::fs::read_to_string(path.join("status")).ok()?;
-        let voluntary_switches =
-            status.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok())?;
+        let voluntary_switches = status_field(&status, "voluntary_ctxt_switches:")?.parse().ok()?;
         Some(ThreadStat { name, cpu_secs, voluntary_switches })
     })
     .collect()
